@@ -1,0 +1,1 @@
+"""dra_driver package."""

@@ -1,0 +1,1 @@
+"""kubeletplugin package."""
