@@ -1,0 +1,246 @@
+"""The allocator: which node and devices a pod gets, or why none fits.
+
+HAMi scores every device of every node for each pod. The node score depends
+only on usage before the pod, so here nodes are kept in an index ordered by
+policy preference (score, then name) and tried best-first: the first node
+that fits is the node HAMi would pick, with the same fit rules applied in
+full. Only when nothing fits are all nodes evaluated, which is what the
+failure explanation needs anyway.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot, fit_container
+from dra_driver.engine.model import DeviceUsage, Node
+from dra_driver.engine.policy import (
+    BINPACK,
+    SPREAD,
+    GpuPolicy,
+    node_score,
+    parse_gpu_policy,
+    parse_node_policy,
+)
+from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES
+from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.usage import collapse_pod_usage
+from dra_driver.engine.vendors import VendorRegistry
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Cluster-wide defaults (HAMi's scheduler flags)."""
+
+    gpu_policy: str = SPREAD
+    node_policy: str = BINPACK
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a pod goes: the node and, per container (init first), its grants."""
+
+    node: str
+    containers: tuple[ContainerGrants, ...]
+    score: float
+    init_count: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The engine's answer: a placement, or per-node reasons why not."""
+
+    placement: Placement | None
+    failures: Mapping[str, str] = field(default_factory=dict)
+
+
+class NodeState:
+    """A node's devices with their current usage, and its cached node score."""
+
+    __slots__ = ("node", "score", "slots")
+
+    def __init__(self, node: Node, usage: Mapping[str, DeviceUsage]) -> None:
+        self.node = node
+        self.slots = [
+            Slot(d, u.used, u.memory_mib, u.cores)
+            for d in node.devices
+            for u in (usage.get(d.id, DeviceUsage()),)
+        ]
+        self.score = 0.0
+        self.rescore()
+
+    def rescore(self) -> None:
+        totals = [0, 0, 0, 0, 0, 0]
+        for slot in self.slots:
+            totals[0] += slot.used
+            totals[1] += slot.device.count
+            totals[2] += slot.cores
+            totals[3] += slot.device.cores
+            totals[4] += slot.memory
+            totals[5] += slot.device.memory_mib
+        self.score = node_score(totals)
+
+    def fresh_slots(self) -> list[Slot]:
+        return [slot.copy() for slot in self.slots]
+
+
+def fit_pod_on_node(state: NodeState, pod: PodRequest, ctx: FitContext) -> Placement | str:
+    """HAMi's scoreNode: init containers each on a fresh copy, app containers
+    accumulating on one copy; returns the placement or the failure reason."""
+    if not state.slots:
+        return NODE_HAS_NO_DEVICES
+    init_grants: list[ContainerGrants] = []
+    for container in pod.init_containers:
+        if not any(request.count > 0 for request in container):
+            init_grants.append(())
+            continue
+        grants, reason = fit_container(state.fresh_slots(), container, ctx, init_grants)
+        if grants is None:
+            return reason
+        init_grants.append(grants)
+    slots = state.fresh_slots()
+    app_grants: list[ContainerGrants] = []
+    for container in pod.containers:
+        if not any(request.count > 0 for request in container):
+            app_grants.append(())
+            continue
+        grants, reason = fit_container(slots, container, ctx, app_grants)
+        if grants is None:
+            return reason
+        app_grants.append(grants)
+    return Placement(
+        node=state.node.name,
+        containers=(*init_grants, *app_grants),
+        score=state.score,
+        init_count=len(pod.init_containers),
+    )
+
+
+class Engine:
+    """Stateful allocator over a cluster snapshot; `commit` applies a decision."""
+
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        usage: Mapping[str, Mapping[str, DeviceUsage]] | None = None,
+        *,
+        settings: EngineSettings | None = None,
+        vendors: VendorRegistry | None = None,
+        quota: QuotaLedger | None = None,
+    ) -> None:
+        self.settings = settings or EngineSettings()
+        self.vendors = vendors or VendorRegistry()
+        self.quota = quota
+        usage = usage or {}
+        self._states = {node.name: NodeState(node, usage.get(node.name, {})) for node in nodes}
+        self._order = sorted((state.score, name) for name, state in self._states.items())
+        self._default_gpu_policy = parse_gpu_policy(self.settings.gpu_policy)
+        parse_node_policy(self.settings.node_policy)
+
+    def node_state(self, name: str) -> NodeState:
+        return self._states[name]
+
+    def decide(
+        self,
+        pod: PodRequest,
+        candidates: Iterable[str] | None = None,
+        *,
+        explain_all: bool = False,
+    ) -> Decision:
+        """Pick a node for `pod` among `candidates` (all nodes when None).
+
+        With `explain_all`, every candidate is evaluated so the decision carries
+        the reasons of every refusing node even when one fits.
+        """
+        gpu_policy = self._gpu_policy(pod)
+        node_policy = parse_node_policy(pod.node_policy or self.settings.node_policy)
+        allowed = None if candidates is None else set(candidates)
+        failures: dict[str, str] = {}
+        chosen: Placement | None = None
+        for name in self._preference(node_policy):
+            if allowed is not None and name not in allowed:
+                continue
+            state = self._states[name]
+            ctx = FitContext(
+                state.node, pod.namespace, gpu_policy, pod.weights, self.vendors, self.quota
+            )
+            outcome = fit_pod_on_node(state, pod, ctx)
+            if isinstance(outcome, str):
+                failures[name] = outcome
+                continue
+            if chosen is None:
+                chosen = outcome
+                if not explain_all:
+                    break
+        if allowed is not None:
+            for name in sorted(allowed - self._states.keys()):
+                failures[name] = "NodeNotRegistered"
+        return Decision(chosen, failures)
+
+    def commit(self, pod: PodRequest, placement: Placement) -> None:
+        """Charge a placement to its node (init containers at their peak) and quota."""
+        self._charge(pod, placement, sign=1)
+
+    def release(self, pod: PodRequest, placement: Placement) -> None:
+        """Undo `commit`, e.g. when the pod is deleted or its claim deallocated."""
+        self._charge(pod, placement, sign=-1)
+
+    def _charge(self, pod: PodRequest, placement: Placement, sign: int) -> None:
+        state = self._states[placement.node]
+        per_device = collapse_pod_usage(placement.containers, placement.init_count)
+        by_id = {slot.device.id: slot for slot in state.slots}
+        for device_id, usage in per_device.items():
+            slot = by_id[device_id]
+            slot.used += sign * usage.used
+            slot.memory += sign * usage.memory_mib
+            slot.cores += sign * usage.cores
+        if self.quota is not None:
+            for vendor, (memory, cores) in _vendor_totals(per_device, placement).items():
+                self.quota.charge(pod.namespace, vendor, sign * memory, sign * cores)
+        position = bisect.bisect_left(self._order, (state.score, state.node.name))
+        del self._order[position]
+        state.rescore()
+        bisect.insort(self._order, (state.score, state.node.name))
+
+    def _preference(self, node_policy: str) -> Iterable[str]:
+        """Node names best-first: binpack prefers the highest score, spread the
+        lowest (HAMi sorts and takes the last); ties go to the smaller name."""
+        if node_policy == BINPACK:
+            return _binpack_order(self._order)
+        return (name for _, name in self._order)
+
+    def _gpu_policy(self, pod: PodRequest) -> GpuPolicy:
+        if pod.gpu_policy is None:
+            return self._default_gpu_policy
+        return parse_gpu_policy(pod.gpu_policy)
+
+
+def _binpack_order(order: list[tuple[float, str]]) -> Iterable[str]:
+    """Descending score, ascending name within a score."""
+    end = len(order)
+    while end > 0:
+        score = order[end - 1][0]
+        start = bisect.bisect_left(order, (score, ""))
+        for index in range(start, end):
+            yield order[index][1]
+        end = start
+
+
+def _vendor_totals(
+    per_device: Mapping[str, DeviceUsage], placement: Placement
+) -> dict[str, tuple[int, int]]:
+    vendor_of: dict[str, str] = {
+        grant.uuid: grant.vendor for container in placement.containers for grant in container
+    }
+    totals: dict[str, tuple[int, int]] = {}
+    for device_id, usage in per_device.items():
+        memory, cores = totals.get(vendor_of[device_id], (0, 0))
+        totals[vendor_of[device_id]] = (memory + usage.memory_mib, cores + usage.cores)
+    return totals
+
+
+def grants_of(placement: Placement) -> list[Grant]:
+    return [grant for container in placement.containers for grant in container]

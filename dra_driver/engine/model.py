@@ -1,0 +1,86 @@
+"""The engine's view of a cluster: nodes, their devices, and what is in use.
+
+Units follow HAMi: memory in MiB, cores in percent of one card (100 per
+card, times the core scaling), count = concurrent slots (the split count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+DEFAULT_SPLIT_COUNT = 10
+HAMI_CORE_MODE = "hami-core"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One physical device as registered: HAMi's DeviceInfo after node overrides."""
+
+    id: str
+    index: int
+    type: str
+    count: int
+    memory_mib: int
+    cores: int
+    numa: int = 0
+    healthy: bool = True
+    mode: str = HAMI_CORE_MODE
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """What the shares already granted on one device consume."""
+
+    used: int = 0
+    memory_mib: int = 0
+    cores: int = 0
+
+    def plus(self, other: DeviceUsage) -> DeviceUsage:
+        return DeviceUsage(
+            self.used + other.used,
+            self.memory_mib + other.memory_mib,
+            self.cores + other.cores,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    """Per-node overrides (HAMi's device-plugin `nodeconfig` entry); None = keep."""
+
+    split_count: int | None = None
+    memory_scaling: float | None = None
+    core_scaling: float | None = None
+    filtered_uuids: frozenset[str] = frozenset()
+    filtered_indices: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A node with its registered devices and the annotations the engine reads."""
+
+    name: str
+    devices: tuple[Device, ...]
+    cordoned: frozenset[str] = frozenset()
+    pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+
+
+def apply_node_config(devices: tuple[Device, ...], config: NodeConfig) -> tuple[Device, ...]:
+    """Devices as the device plugin would register them under `config`.
+
+    Scaling multiplies the physical memory (oversubscription when > 1) and sets
+    the core total to 100 x scaling, as HAMi's plugin does when it registers.
+    """
+    result = []
+    for device in devices:
+        if device.id in config.filtered_uuids or device.index in config.filtered_indices:
+            continue
+        changes: dict[str, int] = {}
+        if config.split_count is not None:
+            changes["count"] = config.split_count
+        if config.memory_scaling is not None:
+            changes["memory_mib"] = int(device.memory_mib * config.memory_scaling)
+        if config.core_scaling is not None:
+            changes["cores"] = int(100 * config.core_scaling)
+        result.append(replace(device, **changes) if changes else device)
+    return tuple(result)
