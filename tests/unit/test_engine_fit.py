@@ -116,7 +116,9 @@ def test_mutex_policy_refuses_used_cards_and_picks_idle_ones():
 
 
 def test_node_with_fewer_cards_than_requested():
-    assert only_reason(engine(node("n", 2)), pod(req(count=3, memory=1))) == "NodeInsufficientDevice"
+    assert (
+        only_reason(engine(node("n", 2)), pod(req(count=3, memory=1))) == "NodeInsufficientDevice"
+    )
 
 
 def test_partial_multi_card_fit_reports_allocated_cards_insufficient():

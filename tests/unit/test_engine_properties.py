@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from engine_helpers import engine, gpu
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from engine_helpers import engine, gpu
 
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.requests import (
