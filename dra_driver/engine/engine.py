@@ -14,7 +14,14 @@ import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot, fit_container
+from dra_driver.engine.fit import (
+    FULL_CARD_CORES,
+    ContainerGrants,
+    FitContext,
+    Grant,
+    Slot,
+    fit_container,
+)
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.policy import (
     BINPACK,
@@ -60,7 +67,7 @@ class Decision:
 class NodeState:
     """A node's devices with their current usage, and its cached node score."""
 
-    __slots__ = ("node", "score", "slots")
+    __slots__ = ("headroom", "node", "score", "slots")
 
     def __init__(self, node: Node, usage: Mapping[str, DeviceUsage]) -> None:
         self.node = node
@@ -70,9 +77,16 @@ class NodeState:
             for u in (usage.get(d.id, DeviceUsage()),)
         ]
         self.score = 0.0
+        self.headroom: list[tuple[int, int, int]] = []
         self.rescore()
 
     def rescore(self) -> None:
+        """Refresh the node score and the per-device headroom used for pruning."""
+        self.headroom = [
+            (s.device.memory_mib - s.memory, s.device.cores - s.cores, s.device.memory_mib)
+            for s in self.slots
+            if s.device.healthy and s.used < s.device.count
+        ]
         totals = [0, 0, 0, 0, 0, 0]
         for slot in self.slots:
             totals[0] += slot.used
@@ -85,6 +99,27 @@ class NodeState:
 
     def fresh_slots(self) -> list[Slot]:
         return [slot.copy() for slot in self.slots]
+
+    def could_fit(self, pod: PodRequest) -> bool:
+        """A necessary condition for `fit_pod_on_node`: every request finds enough
+        devices with a free slot, memory and cores on the node as it is now.
+
+        Filters, vendor, NUMA and exclusivity only remove devices, so a node that
+        fails this check fails the full fit too; it never changes a decision.
+        """
+        headroom = self.headroom
+        for container in pod.all_containers:
+            for request in container:
+                if request.count <= 0:
+                    continue
+                cores = min(request.cores, FULL_CARD_CORES)
+                eligible = 0
+                for free_memory, free_cores, total_memory in headroom:
+                    if free_cores >= cores and free_memory >= request.memory_on(total_memory):
+                        eligible += 1
+                if eligible < request.count:
+                    return False
+        return True
 
 
 def fit_pod_on_node(state: NodeState, pod: PodRequest, ctx: FitContext) -> Placement | str:
@@ -159,15 +194,16 @@ class Engine:
         node_policy = parse_node_policy(pod.node_policy or self.settings.node_policy)
         allowed = None if candidates is None else set(candidates)
         failures: dict[str, str] = {}
+        pruned: list[str] = []
         chosen: Placement | None = None
         for name in self._preference(node_policy):
             if allowed is not None and name not in allowed:
                 continue
             state = self._states[name]
-            ctx = FitContext(
-                state.node, pod.namespace, gpu_policy, pod.weights, self.vendors, self.quota
-            )
-            outcome = fit_pod_on_node(state, pod, ctx)
+            if not explain_all and not state.could_fit(pod):
+                pruned.append(name)
+                continue
+            outcome = self._fit(state, pod, gpu_policy)
             if isinstance(outcome, str):
                 failures[name] = outcome
                 continue
@@ -175,10 +211,21 @@ class Engine:
                 chosen = outcome
                 if not explain_all:
                     break
+        if chosen is None:
+            for name in pruned:
+                outcome = self._fit(self._states[name], pod, gpu_policy)
+                assert isinstance(outcome, str), f"pruning refused node {name} that fits"
+                failures[name] = outcome
         if allowed is not None:
             for name in sorted(allowed - self._states.keys()):
                 failures[name] = "NodeNotRegistered"
         return Decision(chosen, failures)
+
+    def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
+        ctx = FitContext(
+            state.node, pod.namespace, gpu_policy, pod.weights, self.vendors, self.quota
+        )
+        return fit_pod_on_node(state, pod, ctx)
 
     def commit(self, pod: PodRequest, placement: Placement) -> None:
         """Charge a placement to its node (init containers at their peak) and quota."""
