@@ -136,3 +136,10 @@ def test_console_script_runs_in_a_fresh_process():
     )
     assert completed.returncode == 0, completed.stderr
     assert "ml/trainer -> node gpu-node-b" in completed.stdout
+
+
+def test_committed_inventory_schema_is_current():
+    committed = json.loads((EXAMPLES.parent / "docs" / "inventory.schema.json").read_text())
+    from dra_driver.inventory_file import inventory_schema
+
+    assert committed == inventory_schema()
