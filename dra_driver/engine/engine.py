@@ -18,7 +18,6 @@ from dra_driver.engine.fit import (
     FULL_CARD_CORES,
     ContainerGrants,
     FitContext,
-    Grant,
     Slot,
     fit_container,
 )
@@ -287,7 +286,3 @@ def _vendor_totals(
         memory, cores = totals.get(vendor_of[device_id], (0, 0))
         totals[vendor_of[device_id]] = (memory + usage.memory_mib, cores + usage.cores)
     return totals
-
-
-def grants_of(placement: Placement) -> list[Grant]:
-    return [grant for container in placement.containers for grant in container]

@@ -6,7 +6,6 @@ that grep for them keep working.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 
 CARD_TYPE_MISMATCH = "CardTypeMismatch"
@@ -57,11 +56,3 @@ def summarize_failures(failures: Mapping[str, str]) -> str:
     ]
     head = f"no available node, {len(failures)} nodes do not meet"
     return f"{head}: {'; '.join(parts)}" if parts else head
-
-
-def count_reasons(reasons: Mapping[str, str]) -> Counter[str]:
-    """How many nodes failed for each reason name."""
-    counter: Counter[str] = Counter()
-    for reason in reasons.values():
-        counter.update(dict.fromkeys(parse_reason(reason), 1))
-    return counter
