@@ -1,0 +1,179 @@
+"""What the node's GPUs are: the discovery interface and its two backends.
+
+NVML (through an injected pynvml-compatible module, so tests can hand in a
+fake module) and `mock` (GPUs described in a small YAML/JSON file, for
+CPU-only nodes, tests and the simulator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from api.quantity import QuantityError, to_bytes_ceil
+from dra_driver.errors import InvalidParameterError
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One physical GPU as discovered on this node."""
+
+    uuid: str
+    index: int
+    minor: int
+    product_name: str
+    memory_bytes: int
+    numa_node: int = 0
+    pci_bus_id: str = ""
+    driver_version: str = ""
+    cuda_driver_version: str = ""
+    compute_capability: str = ""
+    healthy: bool = True
+    unhealthy_reason: str = ""
+
+
+class GpuBackend(Protocol):
+    """Discovery behind an interface: the rest of the plugin never sees NVML."""
+
+    def discover(self) -> Sequence[GpuInfo]: ...
+
+
+class _MockGpu(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    uuid: str = Field(min_length=1)
+    index: int = Field(ge=0)
+    minor: int | None = Field(None, ge=0)
+    product_name: str = Field("NVIDIA A100-SXM4-80GB", alias="productName")
+    memory: int | str = Field("80Gi", description="Bytes, or a Kubernetes quantity.")
+    numa: int = Field(0, ge=0)
+    pci_bus_id: str = Field("", alias="pciBusID")
+    healthy: bool = True
+    unhealthy_reason: str = Field("", alias="unhealthyReason")
+
+
+class _MockNode(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    driver_version: str = Field("550.54.15", alias="driverVersion")
+    cuda_driver_version: str = Field("12.4", alias="cudaDriverVersion")
+    compute_capability: str = Field("8.0", alias="cudaComputeCapability")
+    gpus: list[_MockGpu] = Field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MockBackend:
+    """GPUs from a config file (re-read on every discovery, so edits show up)."""
+
+    path: Path
+
+    def discover(self) -> Sequence[GpuInfo]:
+        try:
+            document = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+            spec = _MockNode.model_validate(document)
+        except OSError as error:
+            raise InvalidParameterError(str(self.path), f"cannot read: {error.strerror}") from None
+        except (yaml.YAMLError, ValidationError) as error:
+            raise InvalidParameterError(str(self.path), f"not a mock GPU file: {error}") from None
+        gpus = []
+        for position, gpu in enumerate(spec.gpus):
+            try:
+                memory = to_bytes_ceil(str(gpu.memory))
+            except QuantityError as error:
+                raise InvalidParameterError(
+                    f"{self.path}: gpus[{position}].memory", error.reason
+                ) from None
+            gpus.append(
+                GpuInfo(
+                    uuid=gpu.uuid,
+                    index=gpu.index,
+                    minor=gpu.index if gpu.minor is None else gpu.minor,
+                    product_name=gpu.product_name,
+                    memory_bytes=memory,
+                    numa_node=gpu.numa,
+                    pci_bus_id=gpu.pci_bus_id,
+                    driver_version=spec.driver_version,
+                    cuda_driver_version=spec.cuda_driver_version,
+                    compute_capability=spec.compute_capability,
+                    healthy=gpu.healthy,
+                    unhealthy_reason=gpu.unhealthy_reason,
+                )
+            )
+        return gpus
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class NvmlBackend:
+    """GPUs through NVML. `nvml` is the pynvml module (or a fake with its API);
+    `read_numa` reads a PCI device's NUMA node when NVML cannot tell."""
+
+    nvml: Any
+    read_numa: Callable[[str], int] = field(default=lambda bus_id: 0)
+    unhealthy: dict[str, str] = field(default_factory=dict)
+
+    def discover(self) -> Sequence[GpuInfo]:
+        nvml = self.nvml
+        nvml.nvmlInit()
+        try:
+            driver = _text(nvml.nvmlSystemGetDriverVersion())
+            cuda = nvml.nvmlSystemGetCudaDriverVersion()
+            cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+            gpus = []
+            for index in range(nvml.nvmlDeviceGetCount()):
+                handle = nvml.nvmlDeviceGetHandleByIndex(index)
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+                major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+                gpus.append(
+                    GpuInfo(
+                        uuid=uuid,
+                        index=index,
+                        minor=nvml.nvmlDeviceGetMinorNumber(handle),
+                        product_name=_text(nvml.nvmlDeviceGetName(handle)),
+                        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                        numa_node=self._numa(handle, bus_id),
+                        pci_bus_id=bus_id,
+                        driver_version=driver,
+                        cuda_driver_version=cuda_version,
+                        compute_capability=f"{major}.{minor_cc}",
+                        healthy=uuid not in self.unhealthy,
+                        unhealthy_reason=self.unhealthy.get(uuid, ""),
+                    )
+                )
+            return gpus
+        finally:
+            nvml.nvmlShutdown()
+
+    def _numa(self, handle: Any, bus_id: str) -> int:
+        getter = getattr(self.nvml, "nvmlDeviceGetNumaNodeId", None)
+        if getter is not None:
+            try:
+                node = int(getter(handle))
+            except self.nvml.NVMLError:
+                node = -1
+            if node >= 0:
+                return node
+        return self.read_numa(bus_id)
+
+
+def read_sysfs_numa(bus_id: str, root: Path = Path("/sys/bus/pci/devices")) -> int:
+    """NUMA node of a PCI device from sysfs; -1 (no affinity) reads as 0."""
+    name = bus_id.lower()
+    if name.count(":") == 2 and len(name.split(":")[0]) == 8:
+        name = name[4:]
+    if "/" in name or name.startswith("."):
+        return 0
+    try:
+        node = int((root / name / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return 0
+    return max(node, 0)

@@ -1,0 +1,174 @@
+"""The node's ResourceSlices, built as plain resource.k8s.io/v1 dicts.
+
+One pool per node (pool name = node name), one device per GPU named
+`gpu-<index>`, multi-allocatable, with consumable capacity:
+
+- `memory`: GPU memory x memory scaling, in bytes (whole MiB); by default an
+  allocation takes all of it; requests range 1Mi..value in steps of 1Mi.
+- `cores`: 100 x core scaling (percent of the SMs); default 0 (no core
+  reservation); requests range 0..value in steps of 1.
+- `shares`: the split count (concurrent shares per GPU); every allocation
+  takes exactly 1.
+
+The defaults are what an allocation consumes when its claim does not ask:
+a claim without a memory request gets the whole card's memory, the same as a
+count-only HAMi request, so the controller and kube-scheduler agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.quantity import MIB
+from kubeletplugin.gpus import GpuInfo
+
+MAX_DEVICES_PER_SLICE = 128
+MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64
+UNHEALTHY_TAINT_KEY = "unhealthy"
+NO_SCHEDULE = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str = NO_SCHEDULE
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSettings:
+    """How the node's GPUs are offered.
+
+    `allocation_taint` (e.g. `vgpu.hami.io/allocation=controller`) is set on
+    every device in controller-allocated mode: kube-scheduler then never
+    allocates these devices itself, while allocations written by the
+    controller are still honoured. None = kube-scheduler allocates.
+    """
+
+    driver: str = "vgpu.hami.io"
+    split_count: int = 10
+    memory_scaling: float = 1.0
+    core_scaling: float = 1.0
+    allocation_taint: Taint | None = None
+
+
+def device_name(gpu: GpuInfo) -> str:
+    return f"gpu-{gpu.index}"
+
+
+def vendor_type(product_name: str) -> str:
+    """HAMi's device type string: the model with `NVIDIA-` in front, no spaces."""
+    name = product_name.strip().replace(" ", "-")
+    return name if name.upper().startswith("NVIDIA") else f"NVIDIA-{name}"
+
+
+def semver(version: str) -> str:
+    """A version attribute must be semver: pad `12.4` to `12.4.0`."""
+    parts = [part for part in version.split(".") if part]
+    while len(parts) < 3:
+        parts.append("0")
+    return ".".join(parts[:3])
+
+
+def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
+    memory = int(gpu.memory_bytes * settings.memory_scaling) // MIB * MIB
+    cores = int(100 * settings.core_scaling)
+    attributes: dict[str, Any] = {
+        "vendor": {"string": "NVIDIA"},
+        "type": {"string": vendor_type(gpu.product_name)},
+        "productName": {"string": gpu.product_name},
+        "uuid": {"string": gpu.uuid},
+        "index": {"int": gpu.index},
+        "minor": {"int": gpu.minor},
+        "numa": {"int": gpu.numa_node},
+    }
+    if gpu.pci_bus_id:
+        attributes["pciBusID"] = {"string": gpu.pci_bus_id}
+    if gpu.driver_version:
+        attributes["driverVersion"] = {"version": semver(gpu.driver_version)}
+    if gpu.compute_capability:
+        attributes["cudaComputeCapability"] = {"version": semver(gpu.compute_capability)}
+    device: dict[str, Any] = {
+        "name": device_name(gpu),
+        "allowMultipleAllocations": True,
+        "attributes": attributes,
+        "capacity": {
+            "memory": {
+                "value": str(memory),
+                "requestPolicy": {
+                    "default": str(memory),
+                    "validRange": {"min": str(MIB), "max": str(memory), "step": str(MIB)},
+                },
+            },
+            "cores": {
+                "value": str(cores),
+                "requestPolicy": {
+                    "default": "0",
+                    "validRange": {"min": "0", "max": str(cores), "step": "1"},
+                },
+            },
+            "shares": {
+                "value": str(settings.split_count),
+                "requestPolicy": {"default": "1", "validValues": ["1"]},
+            },
+        },
+    }
+    taints = []
+    if not gpu.healthy:
+        reason = gpu.unhealthy_reason or "unhealthy"
+        taints.append(Taint(f"{settings.driver}/{UNHEALTHY_TAINT_KEY}", reason[:63]))
+    if settings.allocation_taint is not None:
+        taints.append(settings.allocation_taint)
+    if taints:
+        device["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+    return device
+
+
+def build_resource_slices(
+    node_name: str,
+    node_uid: str,
+    gpus: Sequence[GpuInfo],
+    settings: SliceSettings,
+    generation: int,
+) -> list[dict[str, Any]]:
+    """The pool's slices, in a stable order with stable names, so republishing
+    the same GPUs produces the same objects."""
+    devices = [build_device(gpu, settings) for gpu in sorted(gpus, key=lambda g: g.index)]
+    tainted = any("taints" in device for device in devices)
+    per_slice = MAX_DEVICES_PER_SLICE_WITH_TAINTS if tainted else MAX_DEVICES_PER_SLICE
+    chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {
+                "name": slice_name(node_name, settings.driver, position),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": node_name,
+                        "uid": node_uid,
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "driver": settings.driver,
+                "nodeName": node_name,
+                "pool": {
+                    "name": node_name,
+                    "generation": generation,
+                    "resourceSliceCount": len(chunks),
+                },
+                "devices": chunk,
+            },
+        }
+        for position, chunk in enumerate(chunks)
+    ]
+
+
+def slice_name(node_name: str, driver: str, position: int) -> str:
+    return f"{node_name}-{driver}-{position}"
