@@ -1,0 +1,165 @@
+"""The plugin's record of prepared claims, kept across restarts and reboots.
+
+One JSON file, written atomically (temp file, fsync, rename, fsync of the
+directory), versioned, with a SHA-256 checksum over its content and the node
+boot id: after a reboot `/var/run/cdi` and the cache dirs are gone, so a
+checkpoint from another boot means "re-prepare", not "already done".
+
+Per claim the state is PrepareStarted (written before any side effect) or
+PrepareCompleted (written last, with the answer kubelet got). A claim found
+in PrepareStarted after a crash is rolled back and prepared again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from dra_driver.errors import DriverError
+
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(DriverError):
+    """The checkpoint file exists but cannot be trusted (corrupt, wrong version)."""
+
+
+class PrepareState(StrEnum):
+    STARTED = "PrepareStarted"
+    COMPLETED = "PrepareCompleted"
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDevice:
+    """One device of a prepared claim, as returned to kubelet."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str = ""
+    uuid: str = ""
+    memory_limit_bytes: int = 0
+    core_limit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRecord:
+    """What the plugin did (or started doing) for one claim."""
+
+    uid: str
+    namespace: str
+    name: str
+    state: PrepareState
+    devices: tuple[PreparedDevice, ...] = ()
+    cache_nonce: str = ""
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    boot_id: str
+    claims: dict[str, ClaimRecord] = field(default_factory=dict)
+
+
+def _record_to_json(record: ClaimRecord) -> dict[str, Any]:
+    data = asdict(record)
+    data["state"] = str(record.state)
+    return data
+
+
+def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
+    devices = tuple(
+        PreparedDevice(
+            **{
+                **device,
+                "request_names": tuple(device["request_names"]),
+                "cdi_device_ids": tuple(device["cdi_device_ids"]),
+            }
+        )
+        for device in data["devices"]
+    )
+    return ClaimRecord(
+        uid=data["uid"],
+        namespace=data["namespace"],
+        name=data["name"],
+        state=PrepareState(data["state"]),
+        devices=devices,
+        cache_nonce=data.get("cache_nonce", ""),
+    )
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    body = {
+        "version": CHECKPOINT_VERSION,
+        "bootID": checkpoint.boot_id,
+        "claims": {uid: _record_to_json(r) for uid, r in sorted(checkpoint.claims.items())},
+    }
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    checksum = hashlib.sha256(canonical.encode()).hexdigest()
+    return json.dumps({"checksum": checksum, "data": body}, sort_keys=True, indent=1).encode()
+
+
+def decode_checkpoint(raw: bytes) -> Checkpoint:
+    try:
+        envelope = json.loads(raw)
+        body = envelope["data"]
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if hashlib.sha256(canonical.encode()).hexdigest() != envelope["checksum"]:
+            raise CheckpointError("checkpoint checksum mismatch")
+        if body["version"] != CHECKPOINT_VERSION:
+            raise CheckpointError(f"unsupported checkpoint version {body['version']!r}")
+        claims = {uid: _record_from_json(data) for uid, data in body["claims"].items()}
+        return Checkpoint(boot_id=body["bootID"], claims=claims)
+    except CheckpointError:
+        raise
+    except (ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(f"checkpoint is not readable: {error!r}") from None
+
+
+def write_atomically(path: Path, content: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `content` so readers see the old or the new file, never a part."""
+    temp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, content)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+class CheckpointFile:
+    """Load and store the checkpoint at `path`, owned by one plugin process."""
+
+    def __init__(self, path: Path, boot_id: str) -> None:
+        self.path = path
+        self.boot_id = boot_id
+
+    def load(self) -> Checkpoint:
+        """The checkpoint of this boot; empty when missing or from another boot."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return Checkpoint(boot_id=self.boot_id)
+        checkpoint = decode_checkpoint(raw)
+        if checkpoint.boot_id != self.boot_id:
+            return Checkpoint(boot_id=self.boot_id)
+        return checkpoint
+
+    def store(self, checkpoint: Checkpoint) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomically(self.path, encode_checkpoint(checkpoint))
+
+
+def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
+    return path.read_text().strip()

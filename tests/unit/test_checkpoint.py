@@ -1,0 +1,96 @@
+"""Checkpoint: round trip, checksum, boot id, atomic replace."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kubeletplugin.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    CheckpointFile,
+    ClaimRecord,
+    PreparedDevice,
+    PrepareState,
+    decode_checkpoint,
+    encode_checkpoint,
+)
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+devices = st.builds(
+    PreparedDevice,
+    request_names=st.lists(names, max_size=2).map(tuple),
+    pool_name=names,
+    device_name=names,
+    cdi_device_ids=st.lists(names, max_size=2).map(tuple),
+    share_id=names,
+    uuid=names,
+    memory_limit_bytes=st.integers(0, 1 << 40),
+    core_limit=st.integers(0, 100),
+)
+records = st.builds(
+    ClaimRecord,
+    uid=names,
+    namespace=names,
+    name=names,
+    state=st.sampled_from(PrepareState),
+    devices=st.lists(devices, max_size=3).map(tuple),
+    cache_nonce=names,
+)
+
+
+@given(names, st.dictionaries(names, records, max_size=3))
+def test_round_trip(boot_id, claims):
+    checkpoint = Checkpoint(boot_id, claims)
+    assert decode_checkpoint(encode_checkpoint(checkpoint)) == checkpoint
+
+
+def record(uid: str = "u1") -> ClaimRecord:
+    device = PreparedDevice(("gpu",), "node-a", "gpu-0", ("k8s.vgpu.hami.io/claim=u1-gpu-0",))
+    return ClaimRecord(uid, "ns", "claim", PrepareState.COMPLETED, (device,))
+
+
+def test_store_then_load_same_boot(tmp_path: Path):
+    file = CheckpointFile(tmp_path / "plugin" / "checkpoint.json", boot_id="boot-1")
+    file.store(Checkpoint("boot-1", {"u1": record()}))
+    assert file.load().claims == {"u1": record()}
+    assert (tmp_path / "plugin" / "checkpoint.json").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in (tmp_path / "plugin").iterdir()] == ["checkpoint.json"]
+
+
+def test_other_boot_reads_as_empty(tmp_path: Path):
+    CheckpointFile(tmp_path / "c.json", "boot-1").store(Checkpoint("boot-1", {"u1": record()}))
+    assert CheckpointFile(tmp_path / "c.json", "boot-2").load().claims == {}
+
+
+def test_missing_file_is_empty(tmp_path: Path):
+    assert CheckpointFile(tmp_path / "c.json", "b").load() == Checkpoint("b")
+
+
+def test_tampered_content_fails_the_checksum(tmp_path: Path):
+    path = tmp_path / "c.json"
+    CheckpointFile(path, "b").store(Checkpoint("b", {"u1": record()}))
+    path.write_text(path.read_text().replace("gpu-0", "gpu-1"))
+    with pytest.raises(CheckpointError, match="checksum"):
+        CheckpointFile(path, "b").load()
+
+
+@pytest.mark.parametrize("raw", [b"", b"{", b"[]", b'{"checksum": "x"}'])
+def test_garbage_is_a_typed_error(raw: bytes):
+    with pytest.raises(CheckpointError):
+        decode_checkpoint(raw)
+
+
+def test_replace_is_atomic_for_open_readers(tmp_path: Path):
+    path = tmp_path / "c.json"
+    file = CheckpointFile(path, "b")
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    with path.open("rb") as old:
+        file.store(Checkpoint("b", {"u2": record("u2")}))
+        assert decode_checkpoint(old.read()).claims.keys() == {"u1"}
+    assert file.load().claims.keys() == {"u2"}
+    assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
