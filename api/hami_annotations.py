@@ -577,6 +577,11 @@ def _go_atoi(text: str, bounds: tuple[int, int], annotation: str, what: str) -> 
     return number
 
 
+def annotation_is_true(value: str | None) -> bool:
+    """HAMi's reading of a boolean annotation (e.g. numa-bind): Go's ParseBool says true."""
+    return value in _GO_TRUE
+
+
 def _go_parse_bool(text: str, annotation: str, what: str) -> bool:
     if text in _GO_TRUE:
         return True

@@ -7,7 +7,6 @@ Later the same model is filled from the live cluster instead of a file.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,12 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from api.hami_annotations import (
+    DEVICE_CORDON,
+    NODE_NVIDIA_SCORE,
+    AnnotationDecodeError,
+    decode_pair_scores,
+)
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.model import (
     DEFAULT_SPLIT_COUNT,
@@ -28,9 +33,6 @@ from dra_driver.engine.model import (
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
-
-CORDON_ANNOTATION = "hami.io/device-cordon"
-PAIR_SCORE_ANNOTATION = "hami.io/node-nvidia-score"
 
 
 class _Strict(BaseModel):
@@ -190,9 +192,7 @@ def _node(spec: NodeSpec, source: str) -> tuple[Node, dict[str, DeviceUsage]]:
         filtered_indices=frozenset(spec.config.filter_devices.indices),
     )
     cordoned = frozenset(
-        item.strip()
-        for item in spec.annotations.get(CORDON_ANNOTATION, "").split(",")
-        if item.strip()
+        item.strip() for item in spec.annotations.get(DEVICE_CORDON, "").split(",") if item.strip()
     )
     node = Node(
         name=spec.name,
@@ -209,15 +209,15 @@ def _node(spec: NodeSpec, source: str) -> tuple[Node, dict[str, DeviceUsage]]:
 
 
 def _pair_scores(spec: NodeSpec, source: str) -> Mapping[str, Mapping[str, int]]:
-    raw = spec.annotations.get(PAIR_SCORE_ANNOTATION)
+    raw = spec.annotations.get(NODE_NVIDIA_SCORE)
     if not raw:
         return {}
-    field = f"{source}: nodes[{spec.name}].annotations.{PAIR_SCORE_ANNOTATION}"
     try:
-        entries = json.loads(raw)
-        return {entry["uuid"]: dict(entry["score"]) for entry in entries}
-    except (ValueError, TypeError, KeyError) as error:
-        raise InvalidParameterError(field, f"expected [{{uuid, score}}] JSON: {error}") from None
+        return decode_pair_scores(raw)
+    except AnnotationDecodeError as error:
+        raise InvalidParameterError(
+            f"{source}: nodes[{spec.name}].annotations.{NODE_NVIDIA_SCORE}", str(error)
+        ) from None
 
 
 def _vendor_quota(spec: QuotaSpec, resources, memory_factor: int, source: str):

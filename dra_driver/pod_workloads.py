@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+from api import hami_annotations as keys
+from api.hami_annotations import annotation_is_true
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.requests import (
     MEMORY_PERCENT_UNSET,
@@ -24,11 +26,7 @@ from dra_driver.engine.requests import (
 from dra_driver.engine.vendors import VendorAdapter, VendorRegistry
 from dra_driver.errors import InvalidParameterError
 
-GPU_POLICY_ANNOTATION = "hami.io/gpu-scheduler-policy"
-NODE_POLICY_ANNOTATION = "hami.io/node-scheduler-policy"
-SCORING_WEIGHTS_ANNOTATION = "hami.io/device-scoring-weights"
 INT32_MAX = (1 << 31) - 1
-_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 
 
 def pod_request(
@@ -43,7 +41,7 @@ def pod_request(
     metadata = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     annotations: Mapping[str, str] = metadata.get("annotations") or {}
-    weights = parse_scoring_weights(annotations.get(SCORING_WEIGHTS_ANNOTATION))
+    weights = parse_scoring_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS))
 
     def containers(key: str) -> tuple[ContainerRequest, ...]:
         result = []
@@ -59,8 +57,8 @@ def pod_request(
         name=metadata.get("name") or metadata.get("generateName") or "",
         containers=containers("containers"),
         init_containers=containers("initContainers"),
-        gpu_policy=annotations.get(GPU_POLICY_ANNOTATION),
-        node_policy=annotations.get(NODE_POLICY_ANNOTATION),
+        gpu_policy=annotations.get(keys.GPU_SCHEDULER_POLICY),
+        node_policy=annotations.get(keys.NODE_SCHEDULER_POLICY),
         weights=weights,
     )
 
@@ -144,18 +142,19 @@ def _vendor_request(
 
 def vendor_filters(vendor: VendorAdapter, annotations: Mapping[str, str]) -> DeviceFilters:
     """The vendor's device filters from pod annotations (comma lists)."""
-    keys = vendor.annotations
+    names = vendor.annotations
 
     def listed(key: str) -> tuple[str, ...]:
         return tuple(item for item in annotations.get(key, "").split(",") if item.strip())
 
     return DeviceFilters(
-        use_types=listed(keys.use_types),
-        no_use_types=listed(keys.no_use_types),
-        use_uuids=tuple(item.strip() for item in listed(keys.use_uuids)),
-        no_use_uuids=tuple(item.strip() for item in listed(keys.no_use_uuids)),
-        numa_bind=bool(keys.numa_bind) and annotations.get(keys.numa_bind or "", "") in _GO_TRUE,
-        modes=annotations.get(keys.mode) if keys.mode else None,
+        use_types=listed(names.use_types),
+        no_use_types=listed(names.no_use_types),
+        use_uuids=tuple(item.strip() for item in listed(names.use_uuids)),
+        no_use_uuids=tuple(item.strip() for item in listed(names.no_use_uuids)),
+        numa_bind=bool(names.numa_bind)
+        and annotation_is_true(annotations.get(names.numa_bind or "")),
+        modes=annotations.get(names.mode) if names.mode else None,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from api import hami_annotations as keys
 from dra_driver.errors import InvalidParameterError
 
 
@@ -57,7 +58,7 @@ class VendorAdapter:
 
 
 NVIDIA = VendorAdapter(
-    name="NVIDIA",
+    name=keys.NVIDIA_DEVICE_TYPE,
     common_word="GPU",
     resources=ResourceNames(
         count="nvidia.com/gpu",
@@ -67,14 +68,14 @@ NVIDIA = VendorAdapter(
         priority="nvidia.com/priority",
     ),
     annotations=AnnotationKeys(
-        use_types="nvidia.com/use-gputype",
-        no_use_types="nvidia.com/nouse-gputype",
-        use_uuids="nvidia.com/use-gpuuuid",
-        no_use_uuids="nvidia.com/nouse-gpuuuid",
-        numa_bind="nvidia.com/numa-bind",
-        mode="nvidia.com/vgpu-mode",
-        devices_to_allocate="hami.io/vgpu-devices-to-allocate",
-        devices_allocated="hami.io/vgpu-devices-allocated",
+        use_types=keys.USE_GPU_TYPE,
+        no_use_types=keys.NO_USE_GPU_TYPE,
+        use_uuids=keys.USE_GPU_UUID,
+        no_use_uuids=keys.NO_USE_GPU_UUID,
+        numa_bind=keys.NUMA_BIND,
+        mode=keys.VGPU_MODE,
+        devices_to_allocate=keys.VGPU_DEVICES_TO_ALLOCATE,
+        devices_allocated=keys.VGPU_DEVICES_ALLOCATED,
     ),
 )
 
