@@ -1,0 +1,174 @@
+"""Installing libvgpu.so and ld.so.preload on the host (`dra-driver install-libvgpu`).
+
+Running containers map the host's libvgpu.so, so it is never rewritten in
+place: a changed library is written to a temporary file in the same directory,
+fsynced and renamed over the old one, and processes that mapped the old file
+keep its inode. An unchanged library (same SHA-256) is not touched at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import TextIO
+
+from dra_driver.errors import DriverError
+from libvgpu.settings import LIBRARY_NAME, PRELOAD_NAME
+
+ELF_MAGIC = b"\x7fELF"
+ET_DYN = 3
+_EI_DATA = 5
+_E_TYPE = 16
+_LITTLE_ENDIAN = 1
+_BIG_ENDIAN = 2
+
+
+class LibraryInstallError(DriverError):
+    """The library could not be installed; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class InstallSettings:
+    source_library: str = "/usr/local/lib/hami/libvgpu.so"
+    """libvgpu.so inside the driver image (HAMi's DRA image keeps it here)."""
+
+    host_dir: str = "/usr/local/vgpu"
+    """Host directory receiving libvgpu.so and ld.so.preload."""
+
+    container_library_path: str = "/usr/local/vgpu/libvgpu.so"
+    """What ld.so.preload names: the library's path inside containers."""
+
+    lock_dir: str = "/tmp/vgpulock"
+    lock_dir_mode: int = 0o1777
+    """World-writable and sticky like /tmp: containers of any UID create their lock in it."""
+
+    library_mode: int = 0o755
+    preload_mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class InstallResult:
+    library_path: str
+    library_changed: bool
+    preload_path: str
+    preload_changed: bool
+    lock_dir: str
+    lock_dir_created: bool
+
+
+def check_shared_object(path: str) -> bytes:
+    """The file's bytes, after checking it is an ELF shared object (e_type ET_DYN)."""
+    try:
+        with open(path, "rb") as handle:
+            content = handle.read()
+    except FileNotFoundError as error:
+        raise LibraryInstallError(f"source library {path} does not exist") from error
+    except OSError as error:
+        raise LibraryInstallError(f"cannot read source library {path}: {error}") from error
+    if len(content) < _E_TYPE + 2 or content[:4] != ELF_MAGIC:
+        raise LibraryInstallError(f"source library {path} is not an ELF file")
+    order = {_LITTLE_ENDIAN: "little", _BIG_ENDIAN: "big"}.get(content[_EI_DATA])
+    if order is None:
+        raise LibraryInstallError(f"source library {path} has an invalid ELF data encoding")
+    e_type = int.from_bytes(content[_E_TYPE : _E_TYPE + 2], order)
+    if e_type != ET_DYN:
+        raise LibraryInstallError(
+            f"source library {path} is not a shared object (ELF e_type {e_type}, want {ET_DYN})"
+        )
+    return content
+
+
+def _digest_of_file(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def write_atomically(path: str, content: bytes, mode: int) -> None:
+    """Temp file in the same directory, fsync, rename, fsync the directory."""
+    directory = os.path.dirname(path) or "."
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def _install_file(path: str, content: bytes, mode: int) -> bool:
+    if _digest_of_file(path) == hashlib.sha256(content).hexdigest():
+        return False
+    write_atomically(path, content, mode)
+    return True
+
+
+def _ensure_lock_dir(path: str, mode: int) -> bool:
+    created = False
+    try:
+        os.mkdir(path, mode)
+        created = True
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise LibraryInstallError(f"lock path {path} exists and is not a directory")
+    if stat.S_IMODE(info.st_mode) != mode:
+        os.chmod(path, mode)
+    return created
+
+
+def install_libvgpu(settings: InstallSettings) -> InstallResult:
+    """Bring the host's libvgpu files up to date; a no-op when they already are."""
+    library = check_shared_object(settings.source_library)
+    os.makedirs(settings.host_dir, exist_ok=True)
+    library_path = os.path.join(settings.host_dir, LIBRARY_NAME)
+    preload_path = os.path.join(settings.host_dir, PRELOAD_NAME)
+    preload = (settings.container_library_path + "\n").encode()
+    try:
+        library_changed = _install_file(library_path, library, settings.library_mode)
+        preload_changed = _install_file(preload_path, preload, settings.preload_mode)
+        lock_created = _ensure_lock_dir(settings.lock_dir, settings.lock_dir_mode)
+    except OSError as error:
+        raise LibraryInstallError(f"installing into {settings.host_dir}: {error}") from error
+    return InstallResult(
+        library_path,
+        library_changed,
+        preload_path,
+        preload_changed,
+        settings.lock_dir,
+        lock_created,
+    )
+
+
+def run_install(
+    settings: InstallSettings, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    """CLI entry: install, print what changed, return the process exit code."""
+    try:
+        result = install_libvgpu(settings)
+    except LibraryInstallError as error:
+        print(f"install-libvgpu: {error}", file=err)
+        return 1
+    for path, changed in (
+        (result.library_path, result.library_changed),
+        (result.preload_path, result.preload_changed),
+        (result.lock_dir, result.lock_dir_created),
+    ):
+        print(f"{path}: {'updated' if changed else 'unchanged'}", file=out)
+    return 0

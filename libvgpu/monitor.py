@@ -1,0 +1,161 @@
+"""`dra-driver monitor`: the vGPU monitor's HTTP server and its lifecycle.
+
+`VgpuMonitor.start` registers the collector on the injected registry, scans
+and starts watching the cache root, then serves `/metrics` with aiohttp;
+`aclose` undoes it in reverse. A scrape renders in a worker thread so reading
+hundreds of mapped files never stalls the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from libvgpu.cache_files import CacheFiles
+from libvgpu.cache_watcher import CacheWatcher, WatchSettings
+from libvgpu.host_gpus import HostGpuBackend, open_host_backend
+from libvgpu.metrics import VgpuMonitorCollector
+from libvgpu.owners import (
+    ClaimIndex,
+    ClaimResolver,
+    CombinedResolver,
+    LegacyPodResolver,
+    OwnerResolver,
+    PodIndex,
+)
+
+DEFAULT_PORT = 9394
+"""HAMi's vGPU monitor port."""
+
+
+@dataclass(frozen=True)
+class MonitorSettings:
+    host: str = "0.0.0.0"
+    port: int = DEFAULT_PORT
+    """TCP port for `/metrics`; 0 picks a free one (tests)."""
+
+    cache_root: str = "/usr/local/vgpu"
+    """Root holding `claims/<uid>/` and `containers/<podUID>_<ctr>/` cache dirs."""
+
+    node_name: str = ""
+    """`node` label of the host GPU series (HAMi reads NODE_NAME)."""
+
+    watch: WatchSettings = field(default_factory=WatchSettings)
+
+
+class MetricsServer:
+    """Serves one registry at `/metrics` (and `/healthz`)."""
+
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self._registry = registry
+        self._host = host
+        self._port = port
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def port(self) -> int:
+        if self._runner is None:
+            raise RuntimeError("server not started")
+        return int(self._runner.addresses[0][1])
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self._host, self._port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+
+    async def aclose(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = await asyncio.to_thread(generate_latest, self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+
+class VgpuMonitor:
+    """Watcher, collector and server for one cache root; owns (and closes) the host backend."""
+
+    def __init__(
+        self,
+        settings: MonitorSettings,
+        resolver: OwnerResolver,
+        host: HostGpuBackend,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.files = CacheFiles()
+        self.watcher = CacheWatcher(settings.cache_root, self.files, settings.watch)
+        self._settings = settings
+        self._host = host
+        self._registry = registry
+        self._collector = VgpuMonitorCollector(self.files, resolver, host, settings.node_name)
+        self._server = MetricsServer(registry, settings.host, settings.port)
+        self._registered = False
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    async def start(self) -> None:
+        os.makedirs(self._settings.cache_root, exist_ok=True)
+        self._registry.register(self._collector)
+        self._registered = True
+        try:
+            await self.watcher.start()
+            await self._server.start()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def aclose(self) -> None:
+        await self._server.aclose()
+        await self.watcher.aclose()
+        if self._registered:
+            self._registry.unregister(self._collector)
+            self._registered = False
+        self.files.close()
+        self._host.close()
+
+    async def __aenter__(self) -> VgpuMonitor:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+async def run_monitor(
+    settings: MonitorSettings,
+    stop_event: asyncio.Event,
+    *,
+    resolver: OwnerResolver | None = None,
+    host: HostGpuBackend | None = None,
+    registry: CollectorRegistry | None = None,
+) -> None:
+    """Serve until `stop_event` is set. Without a resolver, owners come from empty indexes
+    (the CLI feeds a `ClaimIndex` and `PodIndex` from informers and passes their resolvers)."""
+    if resolver is None:
+        resolver = CombinedResolver(ClaimResolver(ClaimIndex()), LegacyPodResolver(PodIndex()))
+    monitor = VgpuMonitor(
+        settings,
+        resolver,
+        host if host is not None else open_host_backend(),
+        registry if registry is not None else CollectorRegistry(),
+    )
+    async with monitor:
+        await stop_event.wait()

@@ -1,0 +1,44 @@
+"""Where libvgpu's files live on the host and inside containers.
+
+One small value object shared by the container-edit builder, the cache-path
+naming and the host installer, so the three never disagree about a path.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+LIBRARY_NAME = "libvgpu.so"
+PRELOAD_NAME = "ld.so.preload"
+
+
+@dataclass(frozen=True)
+class LibvgpuPaths:
+    """Host and container paths of libvgpu's files; defaults are HAMi's."""
+
+    host_dir: str = "/usr/local/vgpu"
+    """Host directory holding `libvgpu.so` and `ld.so.preload` (HAMi's `$HOOK_PATH/vgpu`)."""
+
+    container_library_path: str = "/usr/local/vgpu/libvgpu.so"
+    """Where libvgpu.so appears in containers; libvgpu's own `CUDA_REDIRECT` default."""
+
+    container_preload_path: str = "/etc/ld.so.preload"
+    """The dynamic loader's system-wide preload list, mounted read-only over the image's."""
+
+    lock_dir: str = "/tmp/vgpulock"
+    """Host and container path of the lock directory older libvgpu builds require."""
+
+    cache_root: str = "/usr/local/vgpu"
+    """Host root of per-claim (`claims/`) and per-container (`containers/`) cache dirs."""
+
+    legacy_container_cache_dir: str = "/usr/local/vgpu"
+    """Container path of a legacy container's cache dir, as HAMi's device plugin mounts it."""
+
+    @property
+    def host_library_path(self) -> str:
+        return posixpath.join(self.host_dir, LIBRARY_NAME)
+
+    @property
+    def host_preload_path(self) -> str:
+        return posixpath.join(self.host_dir, PRELOAD_NAME)
