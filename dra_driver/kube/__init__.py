@@ -1,0 +1,1 @@
+"""Kubernetes plumbing shared by every component: raw REST calls, informers."""

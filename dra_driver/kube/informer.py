@@ -1,0 +1,143 @@
+"""A list-and-watch cache of one kind of object, in asyncio.
+
+List, then watch from the list's resourceVersion with bookmarks; on 410 Gone
+relist and replay the difference as events; on transient errors back off and
+resume. Handlers receive `(event_type, object)` with event types ADDED,
+MODIFIED, DELETED, so libvgpu's owner indexes and the controllers can be fed
+straight from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dra_driver.errors import TransientError
+from dra_driver.kube.rest import GoneError, KubeClient
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class InformerSettings:
+    watch_timeout_s: int = 240
+    """Server-side timeoutSeconds of each watch; the informer simply rewatches."""
+
+    retry_delay_s: float = 1.0
+    """First pause after a transient error; doubles up to `max_retry_delay_s`."""
+
+    max_retry_delay_s: float = 30.0
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    return f"{namespace}/{metadata.get('name')}" if namespace else str(metadata.get("name"))
+
+
+class Informer:
+    """Keeps `store` equal to the server's objects at `path` (filtered by selectors)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        *,
+        handlers: list[Handler] | None = None,
+        field_selector: str | None = None,
+        label_selector: str | None = None,
+        settings: InformerSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.handlers = list(handlers or [])
+        self.field_selector = field_selector
+        self.label_selector = label_selector
+        self.settings = settings or InformerSettings()
+        self.store: dict[str, dict[str, Any]] = {}
+        self.synced = asyncio.Event()
+        self.resource_version = ""
+        self._changed = asyncio.Condition()
+
+    async def run(self) -> None:
+        """Run until cancelled."""
+        delay = self.settings.retry_delay_s
+        while True:
+            try:
+                if not self.resource_version:
+                    await self._relist()
+                await self._watch()
+                delay = self.settings.retry_delay_s
+            except GoneError:
+                log.info("watch expired, relisting", extra={"path": self.path})
+                self.resource_version = ""
+            except TransientError as error:
+                log.warning("watch interrupted", extra={"path": self.path, "error": str(error)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.settings.max_retry_delay_s)
+
+    async def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool]) -> None:
+        """Wait until `predicate(store)` holds (checked after every change)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: predicate(self.store))
+
+    async def _relist(self) -> None:
+        listing = await self.client.list(
+            self.path, field_selector=self.field_selector, label_selector=self.label_selector
+        )
+        fresh = {object_key(item): item for item in listing.get("items") or []}
+        for key, old in list(self.store.items()):
+            if key not in fresh:
+                await self._apply("DELETED", old)
+        for key, item in fresh.items():
+            previous = self.store.get(key)
+            if previous is None:
+                await self._apply("ADDED", item)
+            elif _version(previous) != _version(item):
+                await self._apply("MODIFIED", item)
+        self.resource_version = (listing.get("metadata") or {}).get("resourceVersion", "")
+        self.synced.set()
+
+    async def _watch(self) -> None:
+        async for event in self.client.watch(
+            self.path,
+            resource_version=self.resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self.settings.watch_timeout_s,
+            field_selector=self.field_selector,
+            label_selector=self.label_selector,
+        ):
+            kind, obj = event.get("type"), event.get("object") or {}
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise GoneError(410, obj.get("reason", "Expired"), obj.get("message", ""))
+                raise _watch_error(obj)
+            version = _version(obj)
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                await self._apply(kind, obj)
+            if version:
+                self.resource_version = version
+
+    async def _apply(self, kind: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
+        if kind == "DELETED":
+            self.store.pop(key, None)
+        else:
+            self.store[key] = obj
+        for handler in self.handlers:
+            handler(kind, obj)
+        async with self._changed:
+            self._changed.notify_all()
+
+
+def _version(obj: dict[str, Any]) -> str:
+    return (obj.get("metadata") or {}).get("resourceVersion", "")
+
+
+def _watch_error(status: dict[str, Any]) -> TransientError:
+    return TransientError(f"watch error: {status.get('message', status)}")

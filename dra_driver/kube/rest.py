@@ -1,0 +1,189 @@
+"""Raw Kubernetes REST over the official asyncio client, on plain dicts.
+
+Components work on the JSON the API server returns (no model classes), so
+reads cost one `json.loads` and the pure code sees the same shapes the docs
+show. Every API error is translated here, in one place, into the driver's
+error taxonomy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+from kubernetes.aio import client as aio_client
+from kubernetes.aio import config as aio_config
+
+from dra_driver.errors import DriverError, TransientError
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class ApiError(DriverError):
+    """The API server refused a request; `status`/`reason` are its Status fields."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFoundError(ApiError):
+    pass
+
+
+class ConflictError(ApiError):
+    """409: AlreadyExists or a stale resourceVersion."""
+
+
+class GoneError(ApiError):
+    """410: the resourceVersion is too old; relist."""
+
+
+class TransientApiError(ApiError, TransientError):
+    """429 / 5xx / connection trouble: retry after a delay."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float = 1.0) -> None:
+        ApiError.__init__(self, status, reason, message)
+        self.retry_after = retry_after
+
+
+def api_error(status: int, body: bytes | str, retry_after: str | None = None) -> ApiError:
+    """The typed error for a non-2xx answer, from its Status body when it has one."""
+    reason, message = "", body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        status_object = json.loads(body)
+        if isinstance(status_object, dict) and status_object.get("kind") == "Status":
+            reason = status_object.get("reason", "")
+            message = status_object.get("message", message)
+    except ValueError:
+        pass
+    if status == 404:
+        return NotFoundError(status, reason or "NotFound", message)
+    if status == 409:
+        return ConflictError(status, reason or "Conflict", message)
+    if status == 410:
+        return GoneError(status, reason or "Gone", message)
+    if status == 429 or status >= 500:
+        delay = float(retry_after) if retry_after and retry_after.isdigit() else 1.0
+        return TransientApiError(status, reason or "ServerError", message, delay)
+    return ApiError(status, reason or "BadRequest", message)
+
+
+def object_path(collection: str, name: str) -> str:
+    """`<collection>/<name>` with the name escaped (names come from users)."""
+    return f"{collection}/{quote(name, safe='')}"
+
+
+class KubeClient:
+    """A thin async client: GET/LIST/WATCH/POST/PATCH/PUT/DELETE on API paths.
+
+    Paths are API paths such as `/apis/resource.k8s.io/v1/resourceslices`.
+    """
+
+    def __init__(self, api_client: aio_client.ApiClient, request_timeout: float = 30.0) -> None:
+        self.api_client = api_client
+        self.request_timeout = request_timeout
+        """Seconds a plain request may take; watches are bounded by `timeoutSeconds`."""
+
+    @classmethod
+    async def from_kubeconfig(cls, path: Path | None = None) -> KubeClient:
+        """From a kubeconfig file, or the in-cluster service account when None."""
+        configuration = aio_client.Configuration()
+        if path is None:
+            aio_config.load_incluster_config(client_configuration=configuration)
+        else:
+            await aio_config.load_kube_config(
+                config_file=str(path), client_configuration=configuration
+            )
+        return cls(aio_client.ApiClient(configuration))
+
+    async def aclose(self) -> None:
+        await self.api_client.close()
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        response = await self._send(method, path, query, body, content_type, self.request_timeout)
+        data = await response.read()
+        if response.status >= 300:
+            raise api_error(response.status, data, response.getheader("Retry-After"))
+        return json.loads(data) if data else None
+
+    async def _send(self, method, path, query, body, content_type, deadline):
+        params = [(key, value) for key, value in (query or {}).items() if value is not None]
+        _, url, headers, _, _ = await self.api_client.param_serialize(
+            method,
+            path,
+            query_params=params,
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            return await self.api_client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=deadline
+            )
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise TransientApiError(0, "ConnectionError", repr(error)) from error
+
+    async def get(self, path: str) -> dict[str, Any]:
+        return await self._call("GET", path)
+
+    async def list(self, path: str, **query: Any) -> dict[str, Any]:
+        return await self._call("GET", path, query=_query(query))
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call("POST", path, body=body)
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        return await self._call("PUT", path, body=body)
+
+    async def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> dict[str, Any]:
+        return await self._call("PATCH", path, body=body, content_type=content_type)
+
+    async def delete(self, path: str, **query: Any) -> dict[str, Any] | None:
+        return await self._call("DELETE", path, query=_query(query))
+
+    async def watch(self, path: str, **query: Any) -> AsyncIterator[dict[str, Any]]:
+        """Stream watch events (`{"type", "object"}`) until the server ends the watch."""
+        params = {**_query(query), "watch": "true"}
+        server_timeout = float(params.get("timeoutSeconds", 240))
+        response = await self._send(
+            "GET", path, params, None, "application/json", server_timeout + self.request_timeout
+        )
+        if response.status >= 300:
+            raise api_error(response.status, await response.read())
+        stream = response.response
+        try:
+            async for line in stream.content:
+                if line.strip():
+                    yield json.loads(line)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise TransientApiError(0, "WatchBroken", repr(error)) from error
+        finally:
+            stream.release()
+
+
+def _query(values: Mapping[str, Any]) -> dict[str, Any]:
+    """snake_case keyword arguments to the API's camelCase query parameters."""
+    result = {}
+    for key, value in values.items():
+        if value is None:
+            continue
+        head, *rest = key.split("_")
+        camel = head + "".join(part.title() for part in rest)
+        result[camel] = str(value).lower() if isinstance(value, bool) else value
+    return result
