@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +34,34 @@ def _explain(args: argparse.Namespace) -> int:
     return EXIT_PLACED if explanation.decision.placement is not None else EXIT_REFUSED
 
 
+def _monitor(args: argparse.Namespace) -> int:
+    from dra_driver.runtime import configure_logging, run_until_signalled
+    from libvgpu.monitor import MonitorSettings
+    from libvgpu.monitor_service import serve_monitor
+
+    configure_logging(args.log_level)
+    settings = MonitorSettings(
+        host=args.host, port=args.port, cache_root=args.cache_root, node_name=args.node_name
+    )
+    return run_until_signalled(lambda stop: serve_monitor(settings, args.kubeconfig, stop))
+
+
+def _install_libvgpu(args: argparse.Namespace) -> int:
+    from libvgpu.install import InstallSettings, run_install
+
+    settings = InstallSettings(
+        source_library=args.source,
+        host_dir=args.host_dir,
+        container_library_path=args.container_library_path,
+        lock_dir=args.lock_dir,
+    )
+    return run_install(settings)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-driver",
@@ -55,6 +84,48 @@ def build_parser() -> argparse.ArgumentParser:
         "--print-schema", action="store_true", help="print the inventory JSON Schema and exit"
     )
     explain.set_defaults(handler=_explain)
+
+    monitor = commands.add_parser(
+        "monitor",
+        help="serve libvgpu usage and host GPU metrics (hami_*) for Prometheus",
+        description="Export hami_* metrics from libvgpu shared-region files and NVML.",
+    )
+    monitor.add_argument("--host", default=_env("MONITOR_HOST", "0.0.0.0"))
+    monitor.add_argument("--port", type=int, default=int(_env("MONITOR_PORT", "9394")))
+    monitor.add_argument(
+        "--cache-root",
+        default=_env("VGPU_CACHE_ROOT", "/usr/local/vgpu"),
+        help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
+    )
+    monitor.add_argument("--node-name", default=_env("NODE_NAME", ""))
+    monitor.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster service account)",
+    )
+    monitor.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    monitor.set_defaults(handler=_monitor)
+
+    install = commands.add_parser(
+        "install-libvgpu",
+        help="install libvgpu.so, ld.so.preload and /tmp/vgpulock on the host",
+        description=(
+            "Copy libvgpu.so from the image to the host only when its hash changed "
+            "(atomic replace), write ld.so.preload, create the lock dir."
+        ),
+    )
+    install.add_argument(
+        "--source", default=_env("LIBVGPU_SOURCE", "/usr/local/lib/hami/libvgpu.so")
+    )
+    install.add_argument("--host-dir", default=_env("LIBVGPU_HOST_DIR", "/usr/local/vgpu"))
+    install.add_argument(
+        "--container-library-path",
+        default=_env("LIBVGPU_CONTAINER_PATH", "/usr/local/vgpu/libvgpu.so"),
+        help="the library path written into ld.so.preload (as containers see it)",
+    )
+    install.add_argument("--lock-dir", default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
+    install.set_defaults(handler=_install_libvgpu)
     return parser
 
 
