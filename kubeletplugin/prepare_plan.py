@@ -1,0 +1,220 @@
+"""What preparing a claim means on this node, decided without side effects.
+
+From the claim as the API server returns it: the allocation results of this
+driver in this node's pool, each sized from `consumedCapacity` (what the
+allocator charged) or else the opaque `VGPUConfig` (class config first, then
+claim config, scoped to requests), checked against the device's capacity.
+kubelet repeats calls, so the same claim always yields the same plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.quantity import MIB, QuantityError, to_bytes_ceil
+from api.vgpu_config import VGPUConfig, VGPUConfigError, merge_configs, parse_vgpu_config
+from dra_driver.errors import InvalidParameterError
+from kubeletplugin.gpus import GpuInfo
+from libvgpu.container_edits import CorePolicy
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceCapacity:
+    """A published device: its GPU and the capacity offered for sharing."""
+
+    gpu: GpuInfo
+    memory_bytes: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceGrant:
+    """One allocation result of the claim, sized."""
+
+    request: str
+    pool: str
+    device: str
+    share_id: str
+    gpu: GpuInfo
+    memory_limit_bytes: int
+    core_limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    uid: str
+    namespace: str
+    name: str
+    grants: tuple[DeviceGrant, ...]
+    policy: CorePolicy = CorePolicy.DEFAULT
+    priority: int | None = None
+    disable_control: bool = False
+
+
+def claim_ref(claim: Mapping[str, Any]) -> str:
+    metadata = claim.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')} ({metadata.get('uid')})"
+
+
+def plan_claim(
+    claim: Mapping[str, Any],
+    *,
+    driver: str,
+    pool: str,
+    devices: Mapping[str, DeviceCapacity],
+) -> ClaimPlan:
+    """The plan for one claim; InvalidParameterError names the claim and field."""
+    metadata = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation")
+    who = claim_ref(claim)
+    if not allocation:
+        raise InvalidParameterError("status.allocation", f"claim {who} is not allocated")
+    allocated = allocation.get("devices") or {}
+    results = [
+        r
+        for r in allocated.get("results") or []
+        if r.get("driver") == driver and r.get("pool") == pool
+    ]
+    if not results:
+        raise InvalidParameterError(
+            "status.allocation.devices.results",
+            f"claim {who} has no device of driver {driver} in pool {pool} (this node)",
+        )
+    configs = _configs(allocated.get("config") or [], driver, who)
+    grants = []
+    effective: list[VGPUConfig] = []
+    for position, result in enumerate(results):
+        where = f"status.allocation.devices.results[{position}]"
+        name = result.get("device") or ""
+        capacity = devices.get(name)
+        if capacity is None:
+            raise InvalidParameterError(
+                f"{where}.device", f"claim {who}: device {name!r} is not published by this node"
+            )
+        request = result.get("request") or ""
+        config = merge_configs(
+            [c for source, scope, c in configs if source == "FromClass" and _in(scope, request)],
+            [c for source, scope, c in configs if source != "FromClass" and _in(scope, request)],
+        )
+        effective.append(config)
+        grants.append(_grant(result, capacity, config, where, who))
+    policy = next(
+        (c.core_limit_policy for c in effective if c.core_limit_policy != "default"), None
+    )
+    priority = next((c.priority for c in effective if c.priority is not None), None)
+    return ClaimPlan(
+        uid=metadata.get("uid") or "",
+        namespace=metadata.get("namespace") or "",
+        name=metadata.get("name") or "",
+        grants=tuple(grants),
+        policy=CorePolicy(policy) if policy else CorePolicy.DEFAULT,
+        priority=priority,
+        disable_control=any(c.disable_control for c in effective),
+    )
+
+
+def _in(scope: frozenset[str], request: str) -> bool:
+    """Config scoping: empty = every request; `main/sub` results match `main`."""
+    return not scope or request in scope or request.split("/", 1)[0] in scope
+
+
+def _configs(entries: Sequence[Mapping[str, Any]], driver: str, who: str):
+    parsed = []
+    for position, entry in enumerate(entries):
+        opaque = entry.get("opaque") or {}
+        if opaque.get("driver") != driver:
+            continue
+        path = f"status.allocation.devices.config[{position}].opaque.parameters"
+        try:
+            config = parse_vgpu_config(opaque.get("parameters") or {}, path)
+        except VGPUConfigError as error:
+            raise InvalidParameterError(path, f"claim {who}: {error}") from None
+        parsed.append((entry.get("source", ""), frozenset(entry.get("requests") or ()), config))
+    return parsed
+
+
+def _grant(
+    result: Mapping[str, Any],
+    capacity: DeviceCapacity,
+    config: VGPUConfig,
+    where: str,
+    who: str,
+) -> DeviceGrant:
+    consumed = result.get("consumedCapacity") or {}
+    if "memory" in consumed:
+        memory = _quantity(consumed["memory"], f"{where}.consumedCapacity.memory", who)
+    elif config.memory_mib:
+        memory = config.memory_mib * MIB
+    elif config.memory_percentage:
+        memory = capacity.memory_bytes * config.memory_percentage // 100
+    else:
+        memory = capacity.memory_bytes
+    if "cores" in consumed:
+        cores = _quantity(consumed["cores"], f"{where}.consumedCapacity.cores", who)
+    else:
+        cores = config.cores or 0
+    if memory < MIB or memory > capacity.memory_bytes:
+        raise InvalidParameterError(
+            f"{where}.consumedCapacity.memory",
+            f"claim {who}: {memory} bytes is outside 1Mi..{capacity.memory_bytes} of "
+            f"device {result.get('device')}",
+        )
+    if cores > capacity.cores:
+        raise InvalidParameterError(
+            f"{where}.consumedCapacity.cores",
+            f"claim {who}: {cores} cores exceed the device's {capacity.cores}",
+        )
+    return DeviceGrant(
+        request=result.get("request") or "",
+        pool=result.get("pool") or "",
+        device=result.get("device") or "",
+        share_id=result.get("shareID") or "",
+        gpu=capacity.gpu,
+        memory_limit_bytes=memory,
+        core_limit=min(cores, 100),
+    )
+
+
+def _quantity(raw: Any, field: str, who: str) -> int:
+    try:
+        return to_bytes_ceil(str(raw))
+    except QuantityError as error:
+        raise InvalidParameterError(field, f"claim {who}: {error.reason}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceLoad:
+    memory_bytes: int = 0
+    cores: int = 0
+
+
+def overcommitted(
+    prepared: Iterable[tuple[str, int, int]],
+    plan: ClaimPlan,
+    devices: Mapping[str, DeviceCapacity],
+) -> str | None:
+    """The safety net: a message when `plan` plus what is already prepared
+    (device name, memory bytes, cores) would exceed a device's memory or cores.
+    The API server does not check capacity across claims, so this is the last
+    line before a running pod."""
+    load: dict[str, DeviceLoad] = {}
+    planned = [(g.device, g.memory_limit_bytes, g.core_limit) for g in plan.grants]
+    for device, memory, cores in [*prepared, *planned]:
+        current = load.get(device, DeviceLoad())
+        load[device] = DeviceLoad(current.memory_bytes + memory, current.cores + cores)
+    for grant in plan.grants:
+        capacity, total = devices[grant.device], load[grant.device]
+        if total.memory_bytes > capacity.memory_bytes:
+            return (
+                f"claim {plan.namespace}/{plan.name} ({plan.uid}) over-commits device "
+                f"{grant.device}: {total.memory_bytes} bytes of memory prepared, "
+                f"{capacity.memory_bytes} available"
+            )
+        if total.cores > capacity.cores:
+            return (
+                f"claim {plan.namespace}/{plan.name} ({plan.uid}) over-commits device "
+                f"{grant.device}: {total.cores} cores prepared, {capacity.cores} available"
+            )
+    return None

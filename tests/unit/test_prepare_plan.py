@@ -1,0 +1,135 @@
+"""Prepare planning: sizing from consumedCapacity or VGPUConfig, and the safety net."""
+
+from __future__ import annotations
+
+import pytest
+
+from dra_driver.errors import InvalidParameterError
+from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.prepare_plan import DeviceCapacity, overcommitted, plan_claim
+from libvgpu.container_edits import CorePolicy
+
+GIB = 1 << 30
+DRIVER = "vgpu.hami.io"
+PARAMS = {"apiVersion": "vgpu.hami.io/v1alpha1", "kind": "VGPUConfig"}
+DEVICES = {
+    f"gpu-{i}": DeviceCapacity(
+        GpuInfo(uuid=f"GPU-{i}", index=i, minor=i, product_name="A100", memory_bytes=80 * GIB),
+        memory_bytes=80 * GIB,
+        cores=100,
+    )
+    for i in range(2)
+}
+
+
+def result(device="gpu-0", request="gpu", driver=DRIVER, pool="node-a", **consumed):
+    entry = {
+        "request": request,
+        "driver": driver,
+        "pool": pool,
+        "device": device,
+        "shareID": "7f0c3a2e-4b1d-4c8e-9a55-1e2f3a4b5c6d",
+    }
+    if consumed:
+        entry["consumedCapacity"] = consumed
+    return entry
+
+
+def claim(results, config=()):
+    return {
+        "metadata": {"uid": "11111111-2222-3333-4444-555555555555", "name": "c", "namespace": "ns"},
+        "status": {"allocation": {"devices": {"results": list(results), "config": list(config)}}},
+    }
+
+
+def config(source, parameters, requests=None, driver=DRIVER):
+    entry = {"source": source, "opaque": {"driver": driver, "parameters": {**PARAMS, **parameters}}}
+    if requests:
+        entry["requests"] = requests
+    return entry
+
+
+def plan(document):
+    return plan_claim(document, driver=DRIVER, pool="node-a", devices=DEVICES)
+
+
+def test_consumed_capacity_sizes_each_grant():
+    (grant,) = plan(claim([result(memory="10Gi", cores="30", shares="1")])).grants
+    assert (grant.device, grant.gpu.uuid, grant.memory_limit_bytes, grant.core_limit) == (
+        "gpu-0",
+        "GPU-0",
+        10 * GIB,
+        30,
+    )
+    assert grant.share_id == "7f0c3a2e-4b1d-4c8e-9a55-1e2f3a4b5c6d"
+
+
+def test_config_sizes_when_nothing_was_consumed_and_claim_overrides_class():
+    document = claim(
+        [result()],
+        [
+            config("FromClass", {"memory": "4Gi", "cores": 50, "coreLimitPolicy": "force"}),
+            config("FromClaim", {"cores": 20, "priority": 0}),
+        ],
+    )
+    planned = plan(document)
+    (grant,) = planned.grants
+    assert (grant.memory_limit_bytes, grant.core_limit) == (4 * GIB, 20)
+    assert (planned.policy, planned.priority) == (CorePolicy.FORCE, 0)
+
+
+def test_percentage_and_whole_card_defaults():
+    half = plan(claim([result()], [config("FromClaim", {"memoryPercentage": 50})])).grants[0]
+    whole = plan(claim([result()])).grants[0]
+    assert (half.memory_limit_bytes, whole.memory_limit_bytes) == (40 * GIB, 80 * GIB)
+
+
+def test_config_scoped_to_other_request_does_not_apply():
+    document = claim([result(request="a")], [config("FromClaim", {"memory": "1Gi"}, ["b"])])
+    assert plan(document).grants[0].memory_limit_bytes == 80 * GIB
+
+
+def test_other_drivers_and_pools_are_not_ours():
+    document = claim([result(driver="gpu.nvidia.com"), result(pool="node-b"), result("gpu-1")])
+    assert [g.device for g in plan(document).grants] == ["gpu-1"]
+
+
+def test_disable_control_from_any_config():
+    document = claim([result()], [config("FromClaim", {"disableControl": True})])
+    assert plan(document).disable_control
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"metadata": {"name": "c"}, "status": {}}, "is not allocated"),
+        (claim([result(pool="node-b")]), "no device of driver vgpu.hami.io in pool node-a"),
+        (claim([result("gpu-9")]), "device 'gpu-9' is not published by this node"),
+        (claim([result(memory="81Gi")]), "outside 1Mi.."),
+        (claim([result(cores="150")]), "150 cores exceed the device's 100"),
+        (claim([result(memory="lots")]), "consumedCapacity.memory"),
+        (
+            claim([result()], [config("FromClaim", {"cores": 300})]),
+            "config[0].opaque.parameters.cores: must be between 0 and 100",
+        ),
+    ],
+)
+def test_bad_claims_are_refused_with_the_field(document, message):
+    with pytest.raises(InvalidParameterError) as raised:
+        plan(document)
+    assert message in str(raised.value)
+
+
+def test_foreign_config_is_ignored_even_when_invalid():
+    document = claim([result()], [config("FromClaim", {"nonsense": 1}, driver="other.io")])
+    assert plan(document).grants[0].memory_limit_bytes == 80 * GIB
+
+
+def test_safety_net_counts_already_prepared_shares():
+    planned = plan(claim([result(memory="30Gi", cores="60")]))
+    assert overcommitted([("gpu-0", 50 * GIB, 40)], planned, DEVICES) is None
+    memory = overcommitted([("gpu-0", 51 * GIB, 0)], planned, DEVICES)
+    assert memory is not None and "over-commits device gpu-0" in memory
+    cores = overcommitted([("gpu-0", 0, 41)], planned, DEVICES)
+    assert cores is not None and "101 cores prepared, 100 available" in cores
+    assert overcommitted([("gpu-1", 80 * GIB, 100)], planned, DEVICES) is None
