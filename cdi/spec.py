@@ -211,12 +211,15 @@ def build_claim_spec(
     claim_uid: str,
     devices: Sequence[ClaimDeviceEdits],
     *,
+    common: ContainerEditsShape | None = None,
     with_device_nodes: bool = True,
 ) -> CdiSpec:
     """The claim's spec; deterministic, so a repeated prepare writes the same file.
 
-    `with_device_nodes=False` leaves the nodes to the NVIDIA CDI device the
-    plugin returns next to ours.
+    `common` edits apply once whenever any device of the claim is injected
+    (claim-wide env such as the visible-device list, and the mounts), while
+    each device carries what is its own. `with_device_nodes=False` leaves the
+    nodes to the NVIDIA CDI device the plugin returns next to ours.
     """
     uid = validate_claim_uid(claim_uid)
     if not devices:
@@ -239,7 +242,9 @@ def build_claim_spec(
                 f"device {device.device} has nothing to inject, which CDI refuses",
             )
         cdi_devices.append(CdiDevice(name, edits))
-    common = CdiContainerEdits(
-        device_nodes=NVIDIA_CONTROL_DEVICE_NODES if with_device_nodes else ()
+    common_edits = CdiContainerEdits(
+        env=tuple(_env_entry(variable) for variable in common.env) if common else (),
+        device_nodes=NVIDIA_CONTROL_DEVICE_NODES if with_device_nodes else (),
+        mounts=tuple(_cdi_mount(mount) for mount in common.mounts) if common else (),
     )
-    return CdiSpec(claim_uid=uid, devices=tuple(cdi_devices), common_edits=common)
+    return CdiSpec(claim_uid=uid, devices=tuple(cdi_devices), common_edits=common_edits)
