@@ -1,0 +1,232 @@
+"""`dra-driver kubelet-plugin`: the node half of the DRA path, assembled.
+
+Discovery -> ResourceSlices (publisher) and the gRPC sockets kubelet uses:
+`<registry dir>/<driver>-reg.sock` (registration) and `<plugin dir>/dra.sock`
+(DRAPlugin v1 + v1beta1, DRAResourceHealth, grpc.health.v1). Sockets are
+re-created when kubelet wipes their directories; the mock GPU file is
+watched so edits republish the slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+from watchfiles import awatch
+
+from api.generated import pluginregistration_pb2_grpc
+from cdi.naming import DEFAULT_CDI_DIR
+from cdi.writer import CdiSpecWriter
+from dra_driver.errors import DriverError
+from dra_driver.grpc_tasks import stop_grpc_server
+from dra_driver.kube.rest import KubeClient
+from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
+from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend
+from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
+from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.prepare_plan import DeviceCapacity
+from kubeletplugin.preparer import ClaimPreparer, PreparerSettings
+from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.slices import SliceSettings, build_device, device_name
+from libvgpu.cache_dirs import CacheDirSettings
+from libvgpu.settings import LibvgpuPaths
+
+log = logging.getLogger(__name__)
+
+SOCKET_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Every host path is configurable so tests run unprivileged in temp dirs."""
+
+    node_name: str
+    slices: SliceSettings = field(default_factory=SliceSettings)
+    registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
+    plugin_dir: Path | None = None
+    """Holds dra.sock and the checkpoint; default `/var/lib/kubelet/plugins/<driver>`."""
+    cdi_dir: Path = DEFAULT_CDI_DIR
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    mock_gpus: Path | None = None
+    """A mock GPU file; None = NVML."""
+    libvgpu: LibvgpuPaths = field(default_factory=LibvgpuPaths)
+    cache_dirs: CacheDirSettings = field(default_factory=CacheDirSettings)
+    with_device_nodes: bool = True
+    nvidia_cdi_prefix: str | None = None
+
+    @property
+    def driver(self) -> str:
+        return self.slices.driver
+
+    @property
+    def service_dir(self) -> Path:
+        return self.plugin_dir or Path("/var/lib/kubelet/plugins") / self.driver
+
+    @property
+    def registration_socket(self) -> Path:
+        return self.registry_dir / f"{self.driver}-reg.sock"
+
+    @property
+    def dra_socket(self) -> Path:
+        return self.service_dir / "dra.sock"
+
+
+def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[str, DeviceCapacity]:
+    """What each published device offers, read back from the slice device itself
+    so prepare checks against exactly what was published."""
+    result = {}
+    for gpu in gpus:
+        capacity = build_device(gpu, slices)["capacity"]
+        result[device_name(gpu)] = DeviceCapacity(
+            gpu, int(capacity["memory"]["value"]), int(capacity["cores"]["value"])
+        )
+    return result
+
+
+def open_backend(settings: PluginSettings) -> GpuBackend:
+    if settings.mock_gpus is not None:
+        return MockBackend(settings.mock_gpus)
+    import pynvml
+
+    from kubeletplugin.gpus import NvmlBackend, read_sysfs_numa
+
+    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
+
+
+class KubeletPlugin:
+    def __init__(
+        self,
+        settings: PluginSettings,
+        client: KubeClient,
+        backend: GpuBackend,
+        registry: CollectorRegistry,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.backend = backend
+        self.metrics = PluginMetrics(registry)
+        self.gpus: Sequence[GpuInfo] = ()
+        self._capacities: Mapping[str, DeviceCapacity] = {}
+        self.publisher = SlicePublisher(client, settings.node_name, settings.slices)
+        self.health_watch = HealthWatch(settings.node_name, lambda: self.gpus)
+        self.registration = RegistrationService(settings.driver, str(settings.dra_socket))
+        self.preparer = ClaimPreparer(
+            PreparerSettings(
+                driver=settings.driver,
+                node_name=settings.node_name,
+                libvgpu=settings.libvgpu,
+                cache_dirs=settings.cache_dirs,
+                with_device_nodes=settings.with_device_nodes,
+                nvidia_cdi_prefix=settings.nvidia_cdi_prefix,
+            ),
+            client,
+            lambda: self._capacities,
+            CheckpointFile(
+                settings.service_dir / "checkpoint.json", read_boot_id(settings.boot_id_file)
+            ),
+            CdiSpecWriter(settings.cdi_dir),
+            self.metrics,
+        )
+        self._servers: dict[Path, grpc.aio.Server] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.sockets_ready = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.refresh_devices()
+        await self.preparer.start()
+        await self.publisher.start()
+        await self.publisher.publish(self.gpus)
+        await self._serve_sockets()
+        self._tasks.append(asyncio.create_task(self._guard_sockets(), name="socket guard"))
+        if self.settings.mock_gpus is not None:
+            self._tasks.append(asyncio.create_task(self._watch_config(), name="config watch"))
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for path, server in list(self._servers.items()):
+            await stop_grpc_server(server, grace=1.0)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        self._servers = {}
+        await self.publisher.aclose()
+
+    async def __aenter__(self) -> KubeletPlugin:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def refresh_devices(self) -> None:
+        """Discover again; republish and tell kubelet's health stream on change."""
+        gpus = tuple(await asyncio.to_thread(self.backend.discover))
+        if gpus == tuple(self.gpus):
+            return
+        self.gpus = gpus
+        self._capacities = device_capacities(gpus, self.settings.slices)
+        await self.health_watch.notify()
+
+    async def _serve_sockets(self) -> None:
+        for path in (self.settings.dra_socket, self.settings.registration_socket):
+            if path not in self._servers or not path.exists():
+                await self._serve(path)
+        self.sockets_ready.set()
+
+    async def _serve(self, path: Path) -> None:
+        old = self._servers.pop(path, None)
+        if old is not None:
+            await stop_grpc_server(old)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        server = grpc.aio.server()
+        if path == self.settings.dra_socket:
+            add_dra_services(server, self.preparer, self.health_watch)
+            checker = health.aio.HealthServicer()
+            await checker.set("", health_pb2.HealthCheckResponse.SERVING)
+            health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+        else:
+            pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
+                self.registration, server
+            )
+        server.add_insecure_port(f"unix://{path}")
+        await server.start()
+        os.chmod(path, SOCKET_MODE)
+        self._servers[path] = server
+        log.info("serving", extra={"socket": str(path), "node": self.settings.node_name})
+
+    async def _guard_sockets(self) -> None:
+        """kubelet's restart wipes the plugin dirs: serve the sockets again."""
+        directories = {self.settings.dra_socket.parent, self.settings.registration_socket.parent}
+        while True:
+            existing = [str(d) for d in directories if d.exists()]
+            if len(existing) == len(directories):
+                with contextlib.suppress(RuntimeError, FileNotFoundError):
+                    async for _ in awatch(*existing, debounce=50, step=10, recursive=False):
+                        if not all(p.exists() for p in self._servers):
+                            break
+            self.sockets_ready.clear()
+            await self._serve_sockets()
+
+    async def _watch_config(self) -> None:
+        path = self.settings.mock_gpus
+        assert path is not None
+        async for _ in awatch(path.parent, debounce=50, step=10, recursive=False):
+            try:
+                await self.refresh_devices()
+                await self.publisher.publish(self.gpus)
+            except DriverError as error:
+                log.error("mock GPU file rejected", extra={"path": str(path), "error": str(error)})
