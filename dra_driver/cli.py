@@ -46,6 +46,15 @@ def _monitor(args: argparse.Namespace) -> int:
     return run_until_signalled(lambda stop: serve_monitor(settings, args.kubeconfig, stop))
 
 
+def _kubelet_plugin(args: argparse.Namespace) -> int:
+    from dra_driver.runtime import configure_logging, run_until_signalled
+    from kubeletplugin.service import serve_kubelet_plugin, settings_from_args
+
+    configure_logging(args.log_level)
+    settings = settings_from_args(args)
+    return run_until_signalled(lambda stop: serve_kubelet_plugin(settings, args.kubeconfig, stop))
+
+
 def _install_libvgpu(args: argparse.Namespace) -> int:
     from libvgpu.install import InstallSettings, run_install
 
@@ -106,6 +115,63 @@ def build_parser() -> argparse.ArgumentParser:
     )
     monitor.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     monitor.set_defaults(handler=_monitor)
+
+    plugin = commands.add_parser(
+        "kubelet-plugin",
+        help="the kubelet DRA plugin: publish GPUs, prepare claims with CDI + libvgpu",
+        description=(
+            "Discover GPUs (NVML or a mock file), publish ResourceSlices, and serve "
+            "kubelet's DRA gRPC API on unix sockets. Every path has a flag and env var."
+        ),
+    )
+    plugin.add_argument(
+        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
+    )
+    plugin.add_argument("--driver", default=_env("DRIVER_NAME", "vgpu.hami.io"))
+    plugin.add_argument(
+        "--registry-dir",
+        type=Path,
+        default=Path(_env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")),
+    )
+    plugin.add_argument(
+        "--plugin-dir",
+        type=Path,
+        default=_env("KUBELET_PLUGIN_DIR", "") or None,
+        help="dra.sock and checkpoint (default /var/lib/kubelet/plugins/<driver>)",
+    )
+    plugin.add_argument("--cdi-dir", type=Path, default=Path(_env("CDI_DIR", "/var/run/cdi")))
+    plugin.add_argument(
+        "--mock-gpus",
+        type=Path,
+        default=_env("MOCK_GPUS", "") or None,
+        help="mock GPU file instead of NVML",
+    )
+    plugin.add_argument("--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10")))
+    plugin.add_argument(
+        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
+    )
+    plugin.add_argument(
+        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
+    )
+    plugin.add_argument(
+        "--controller-allocated",
+        action=argparse.BooleanOptionalAction,
+        default=_env("CONTROLLER_ALLOCATED", "false") == "true",
+        help="taint devices so only the HAMi-policy controller allocates them",
+    )
+    plugin.add_argument(
+        "--vgpu-dir",
+        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
+        help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
+    )
+    plugin.add_argument(
+        "--nvidia-cdi-prefix",
+        default=_env("NVIDIA_CDI_PREFIX", "") or None,
+        help="e.g. nvidia.com/gpu: return the NVIDIA CDI device, omit device nodes",
+    )
+    plugin.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG"))
+    plugin.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    plugin.set_defaults(handler=_kubelet_plugin)
 
     install = commands.add_parser(
         "install-libvgpu",

@@ -136,8 +136,11 @@ class KubeletPlugin:
             self.metrics,
         )
         self._servers: dict[Path, grpc.aio.Server] = {}
+        self._retired: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
-        self.sockets_ready = asyncio.Event()
+        self.socket_generation = 0
+        """Bumped each time the sockets are (re)created; `wait_for` it in tests."""
+        self._sockets_changed = asyncio.Condition()
 
     async def start(self) -> None:
         await self.refresh_devices()
@@ -161,6 +164,9 @@ class KubeletPlugin:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         self._servers = {}
+        for server in self._retired:
+            await stop_grpc_server(server)
+        self._retired = []
         await self.publisher.aclose()
 
     async def __aenter__(self) -> KubeletPlugin:
@@ -179,16 +185,25 @@ class KubeletPlugin:
         self._capacities = device_capacities(gpus, self.settings.slices)
         await self.health_watch.notify()
 
+    async def wait_for_sockets(self, generation: int) -> None:
+        """Wait until the sockets have been created `generation` times."""
+        async with self._sockets_changed:
+            await self._sockets_changed.wait_for(lambda: self.socket_generation >= generation)
+
     async def _serve_sockets(self) -> None:
         for path in (self.settings.dra_socket, self.settings.registration_socket):
             if path not in self._servers or not path.exists():
                 await self._serve(path)
-        self.sockets_ready.set()
+        async with self._sockets_changed:
+            self.socket_generation += 1
+            self._sockets_changed.notify_all()
 
     async def _serve(self, path: Path) -> None:
         old = self._servers.pop(path, None)
         if old is not None:
-            await stop_grpc_server(old)
+            # Kept running until aclose: grpc unlinks a unix socket when its
+            # listener is torn down, which would remove the new socket here.
+            self._retired.append(old)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o750)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -209,16 +224,25 @@ class KubeletPlugin:
         log.info("serving", extra={"socket": str(path), "node": self.settings.node_name})
 
     async def _guard_sockets(self) -> None:
-        """kubelet's restart wipes the plugin dirs: serve the sockets again."""
-        directories = {self.settings.dra_socket.parent, self.settings.registration_socket.parent}
+        """kubelet's restart wipes the plugin dirs: serve the sockets again.
+
+        The watch also wakes every second, so a watched directory that vanished
+        (which ends inotify silently) is still noticed within a second.
+        """
         while True:
-            existing = [str(d) for d in directories if d.exists()]
-            if len(existing) == len(directories):
-                with contextlib.suppress(RuntimeError, FileNotFoundError):
-                    async for _ in awatch(*existing, debounce=50, step=10, recursive=False):
-                        if not all(p.exists() for p in self._servers):
+            directories = {p.parent for p in self._servers if p.parent.exists()}
+            if len(directories) == 2:
+                with contextlib.suppress(RuntimeError, OSError):
+                    async for _ in awatch(
+                        *map(str, directories),
+                        debounce=50,
+                        step=10,
+                        recursive=False,
+                        rust_timeout=1000,
+                        yield_on_timeout=True,
+                    ):
+                        if not all(path.exists() for path in self._servers):
                             break
-            self.sockets_ready.clear()
             await self._serve_sockets()
 
     async def _watch_config(self) -> None:

@@ -1,0 +1,53 @@
+"""Process entry for `dra-driver kubelet-plugin`: flags to settings, then run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from dra_driver.kube.rest import KubeClient
+from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
+from kubeletplugin.slices import SliceSettings, Taint
+from libvgpu.settings import LibvgpuPaths
+
+ALLOCATION_TAINT_KEY = "allocation"
+
+
+def settings_from_args(args: argparse.Namespace) -> PluginSettings:
+    taint = Taint(f"{args.driver}/{ALLOCATION_TAINT_KEY}", "controller")
+    return PluginSettings(
+        node_name=args.node_name,
+        slices=SliceSettings(
+            driver=args.driver,
+            split_count=args.split_count,
+            memory_scaling=args.memory_scaling,
+            core_scaling=args.core_scaling,
+            allocation_taint=taint if args.controller_allocated else None,
+        ),
+        registry_dir=args.registry_dir,
+        plugin_dir=args.plugin_dir,
+        cdi_dir=args.cdi_dir,
+        mock_gpus=args.mock_gpus,
+        libvgpu=LibvgpuPaths(
+            host_dir=args.vgpu_dir,
+            container_library_path=f"{args.vgpu_dir}/libvgpu.so",
+            cache_root=args.vgpu_dir,
+        ),
+        with_device_nodes=args.nvidia_cdi_prefix is None,
+        nvidia_cdi_prefix=args.nvidia_cdi_prefix,
+    )
+
+
+async def serve_kubelet_plugin(
+    settings: PluginSettings, kubeconfig: Path | None, stop: asyncio.Event
+) -> None:
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        plugin = KubeletPlugin(settings, client, open_backend(settings), CollectorRegistry())
+        async with plugin:
+            await stop.wait()
+    finally:
+        await client.aclose()

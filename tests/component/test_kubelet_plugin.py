@@ -1,0 +1,323 @@
+"""The kubelet DRA plugin over real unix sockets, driven by the kubelet stand-in,
+reading claims from the API emulator."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from api.generated import dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from cdi.naming import CDI_KIND
+from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
+from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
+from kubeletplugin.gpus import MockBackend
+from kubeletplugin.plugin import KubeletPlugin, PluginSettings
+from libvgpu.cache_dirs import CacheDirSettings
+from libvgpu.settings import LibvgpuPaths
+
+DRIVER = "vgpu.hami.io"
+NODE = "node-a"
+GIB = 1 << 30
+CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+MOCK_GPUS = """
+gpus:
+  - {uuid: GPU-00000000-0000-0000-0000-00000000000a, index: 0, minor: 0, memory: 16Gi}
+  - {uuid: GPU-00000000-0000-0000-0000-00000000000b, index: 1, minor: 1, memory: 16Gi, numa: 1}
+"""
+
+
+@dataclass
+class Node:
+    root: Path
+    server: APIServer
+    client: KubeClient
+    kubelet: KubeletDRA
+    settings: PluginSettings
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.settings.cdi_dir
+
+    def plugin(self) -> KubeletPlugin:
+        return KubeletPlugin(
+            self.settings, self.client, MockBackend(self.settings.mock_gpus), CollectorRegistry()
+        )
+
+    async def claim(self, name: str, results: list[dict], config=()) -> ClaimRef:
+        created = await self.client.create(CLAIMS, claim_manifest(name))
+        await self.client.patch(
+            object_path(CLAIMS, name) + "/status",
+            {"status": {"allocation": allocation(results, config)}},
+        )
+        return ClaimRef("default", created["metadata"]["uid"], name)
+
+
+def claim_manifest(name: str) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": "nvidia.vgpu.hami.io"}}]
+            }
+        },
+    }
+
+
+def result(device: str, memory: str, cores: str = "0", request: str = "gpu") -> dict:
+    return {
+        "request": request,
+        "driver": DRIVER,
+        "pool": NODE,
+        "device": device,
+        "shareID": str(uuid.uuid4()),
+        "consumedCapacity": {"memory": memory, "cores": cores, "shares": "1"},
+    }
+
+
+def allocation(results: list[dict], config=()) -> dict:
+    return {
+        "devices": {"results": results, "config": list(config)},
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+            ]
+        },
+        "allocationTimestamp": "2026-11-29T00:00:00Z",
+    }
+
+
+@pytest.fixture
+async def node() -> AsyncIterator[Node]:
+    # unix socket paths must stay short: use a short temp root
+    root = Path(tempfile.mkdtemp(prefix="vgpu-", dir="/tmp"))
+    try:
+        (root / "gpus.yaml").write_text(MOCK_GPUS)
+        (root / "boot_id").write_text("boot-1\n")
+        mountinfo = root / "mountinfo"
+        mountinfo.write_text("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")
+        settings = PluginSettings(
+            node_name=NODE,
+            registry_dir=root / "registry",
+            plugin_dir=root / "plugin",
+            cdi_dir=root / "cdi",
+            boot_id_file=root / "boot_id",
+            mock_gpus=root / "gpus.yaml",
+            libvgpu=LibvgpuPaths(host_dir=str(root / "vgpu"), cache_root=str(root / "vgpu")),
+            cache_dirs=CacheDirSettings(
+                self_mountinfo=str(mountinfo), mountinfo_glob=str(root / "none-*")
+            ),
+        )
+        async with APIServer() as server:
+            client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
+            await client.create("/api/v1/nodes", {"metadata": {"name": NODE}})
+            kubelet = KubeletDRA(KubeletDRASettings(NODE, root / "registry"), None)
+            try:
+                async with kubelet:
+                    yield Node(root, server, client, kubelet, settings)
+            finally:
+                await client.aclose()
+                await settle_cancelled_grpc_calls()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def spec_of(node: Node, uid: str) -> dict:
+    return json.loads((node.cdi_dir / f"k8s.vgpu.hami.io-claim_{uid}.json").read_text())
+
+
+def env_of(spec: dict) -> dict[str, str]:
+    entries = list(spec.get("containerEdits", {}).get("env", []))
+    for device in spec["devices"]:
+        entries += device["containerEdits"].get("env", [])
+    return dict(entry.split("=", 1) for entry in entries)
+
+
+async def test_registers_and_prepares_a_claim_on_v1(node: Node):
+    async with node.plugin():
+        plugin = await node.kubelet.wait_registered(DRIVER)
+        assert plugin.chosen_service == "v1.DRAPlugin"
+        assert plugin.endpoint == str(node.settings.dra_socket)
+        claim = await node.claim("one", [result("gpu-1", "4Gi", "30")])
+        response = await node.kubelet.prepare(DRIVER, [claim])
+        entry = response.claims[claim.uid]
+        assert entry.error == ""
+        (device,) = entry.devices
+        assert (device.pool_name, device.device_name, list(device.request_names)) == (
+            NODE,
+            "gpu-1",
+            ["gpu"],
+        )
+        assert list(device.cdi_device_ids) == [f"{CDI_KIND}={claim.uid}-gpu-1"]
+        assert device.share_id
+        env = env_of(spec_of(node, claim.uid))
+        assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+        assert env["CUDA_DEVICE_SM_LIMIT_0"] == "30"
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "GPU-00000000-0000-0000-0000-00000000000b"
+        assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"].startswith(
+            f"{node.root}/vgpu/claims/{claim.uid}/"
+        )
+        assert (node.root / "vgpu" / "claims" / claim.uid).is_dir()
+
+
+async def test_repeated_prepare_answers_the_same_without_reading_the_claim(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("again", [result("gpu-0", "1Gi")])
+        first = await node.kubelet.prepare(DRIVER, [claim])
+        gets = node.server.faults.count("/resourceclaims/again", verb="GET")
+        second = await node.kubelet.prepare(DRIVER, [claim])
+        assert second == first
+        assert node.server.faults.count("/resourceclaims/again", verb="GET") == gets
+
+
+async def test_multi_device_claim_and_two_claims_sharing_a_gpu(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        both = await node.claim(
+            "both", [result("gpu-0", "2Gi", "10"), result("gpu-1", "3Gi", "20")]
+        )
+        other = await node.claim("other", [result("gpu-0", "8Gi", "50")])
+        response = await node.kubelet.prepare(DRIVER, [both, other])
+        assert [r.error for r in response.claims.values()] == ["", ""]
+        env = env_of(spec_of(node, both.uid))
+        assert env["NVIDIA_VISIBLE_DEVICES"] == (
+            "GPU-00000000-0000-0000-0000-00000000000a,GPU-00000000-0000-0000-0000-00000000000b"
+        )
+        assert (env["CUDA_DEVICE_MEMORY_LIMIT_0"], env["CUDA_DEVICE_MEMORY_LIMIT_1"]) == (
+            "2048m",
+            "3072m",
+        )
+        spec = spec_of(node, both.uid)
+        assert [d["name"] for d in spec["devices"]] == [f"{both.uid}-gpu-0", f"{both.uid}-gpu-1"]
+        assert env_of(spec_of(node, other.uid))["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"
+
+
+async def test_overcommitted_claim_fails_alone(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        big = await node.claim("big", [result("gpu-0", "12Gi")])
+        too_much = await node.claim("too-much", [result("gpu-0", "5Gi")])
+        fine = await node.claim("fine", [result("gpu-1", "5Gi")])
+        await node.kubelet.prepare(DRIVER, [big])
+        response = await node.kubelet.prepare(DRIVER, [too_much, fine])
+        assert "over-commits device gpu-0" in response.claims[too_much.uid].error
+        assert response.claims[fine.uid].error == ""
+        assert not (node.cdi_dir / f"k8s.vgpu.hami.io-claim_{too_much.uid}.json").exists()
+
+
+async def test_bad_claims_get_an_error_each(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        elsewhere = await node.claim("elsewhere", [{**result("gpu-0", "1Gi"), "pool": "node-b"}])
+        unknown = await node.claim("unknown", [result("gpu-7", "1Gi")])
+        bad_config = await node.claim(
+            "bad-config",
+            [result("gpu-0", "1Gi")],
+            [{"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {"kind": "Nope"}}}],
+        )
+        gone = ClaimRef("default", str(uuid.uuid4()), "gone")
+        sneaky = ClaimRef("default", "../../etc", "sneaky")
+        response = await node.kubelet.prepare(
+            DRIVER, [elsewhere, unknown, bad_config, gone, sneaky]
+        )
+        errors = {uid: entry.error for uid, entry in response.claims.items()}
+        assert "no device of driver vgpu.hami.io in pool node-a" in errors[elsewhere.uid]
+        assert "device 'gpu-7' is not published by this node" in errors[unknown.uid]
+        assert "opaque.parameters" in errors[bad_config.uid]
+        assert "does not exist" in errors[gone.uid]
+        assert "claimUID" in errors[sneaky.uid]
+        assert list(node.cdi_dir.glob("*")) == []
+        assert not (node.root / "etc").exists()
+
+
+async def test_unprepare_removes_spec_cache_dir_and_record(node: Node):
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("done", [result("gpu-0", "1Gi")])
+        await node.kubelet.prepare(DRIVER, [claim])
+        response = await node.kubelet.unprepare(
+            DRIVER, [claim, ClaimRef("default", str(uuid.uuid4()), "x")]
+        )
+        assert [entry.error for entry in response.claims.values()] == ["", ""]
+        assert list(node.cdi_dir.iterdir()) == []
+        assert not (node.root / "vgpu" / "claims" / claim.uid).exists()
+        assert plugin.preparer.prepared_records() == []
+
+
+async def test_v1beta1_clients_get_the_same_devices_without_share_id(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("beta", [result("gpu-0", "1Gi")])
+        async with grpc.aio.insecure_channel(f"unix://{node.settings.dra_socket}") as channel:
+            stub = dra_v1beta1_pb2_grpc.DRAPluginStub(channel)
+            response = await stub.NodePrepareResources(
+                dra_v1beta1_pb2.NodePrepareResourcesRequest(
+                    claims=[dra_v1beta1_pb2.Claim(namespace="default", uid=claim.uid, name="beta")]
+                )
+            )
+        (device,) = response.claims[claim.uid].devices
+        assert list(device.cdi_device_ids) == [f"{CDI_KIND}={claim.uid}-gpu-0"]
+        assert "share_id" not in device.DESCRIPTOR.fields_by_name
+
+
+async def test_restart_keeps_prepared_claims_and_reboot_reprepares(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("survivor", [result("gpu-0", "1Gi")])
+        first = await node.kubelet.prepare(DRIVER, [claim])
+    await node.kubelet.wait_deregistered(DRIVER)
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        assert [r.uid for r in plugin.preparer.prepared_records()] == [claim.uid]
+        assert await node.kubelet.prepare(DRIVER, [claim]) == first
+    await node.kubelet.wait_deregistered(DRIVER)
+    (node.root / "boot_id").write_text("boot-2\n")
+    shutil.rmtree(node.cdi_dir)
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        assert plugin.preparer.prepared_records() == []
+        again = await node.kubelet.prepare(DRIVER, [claim])
+        assert again.claims[claim.uid].error == ""
+        assert spec_of(node, claim.uid)["devices"][0]["name"] == f"{claim.uid}-gpu-0"
+
+
+async def test_missing_cdi_spec_is_rewritten(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("rewrite", [result("gpu-0", "1Gi")])
+        first = await node.kubelet.prepare(DRIVER, [claim])
+        before = spec_of(node, claim.uid)
+        for path in node.cdi_dir.iterdir():
+            path.unlink()
+        assert await node.kubelet.prepare(DRIVER, [claim]) == first
+        assert spec_of(node, claim.uid) == before
+
+
+async def test_sockets_come_back_after_kubelet_wipes_the_dirs(node: Node):
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        generation = plugin.socket_generation
+        shutil.rmtree(node.settings.registry_dir)
+        shutil.rmtree(node.settings.dra_socket.parent)
+        await node.kubelet.wait_deregistered(DRIVER)
+        await plugin.wait_for_sockets(generation + 1)
+        assert node.settings.dra_socket.exists()
+        assert node.settings.registration_socket.exists()
+        node.kubelet.rescan()
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("after-wipe", [result("gpu-0", "1Gi")])
+        response = await node.kubelet.prepare(DRIVER, [claim])
+        assert response.claims[claim.uid].error == ""
