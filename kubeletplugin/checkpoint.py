@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -67,9 +67,26 @@ class Checkpoint:
 
 
 def _record_to_json(record: ClaimRecord) -> dict[str, Any]:
-    data = asdict(record)
-    data["state"] = str(record.state)
-    return data
+    return {
+        "uid": record.uid,
+        "namespace": record.namespace,
+        "name": record.name,
+        "state": record.state.value,
+        "cache_nonce": record.cache_nonce,
+        "devices": [
+            {
+                "request_names": list(d.request_names),
+                "pool_name": d.pool_name,
+                "device_name": d.device_name,
+                "cdi_device_ids": list(d.cdi_device_ids),
+                "share_id": d.share_id,
+                "uuid": d.uuid,
+                "memory_limit_bytes": d.memory_limit_bytes,
+                "core_limit": d.core_limit,
+            }
+            for d in record.devices
+        ],
+    }
 
 
 def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
@@ -93,23 +110,27 @@ def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
     )
 
 
+def _canonical(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
 def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """`{"checksum": sha256(data), "data": ...}` with `data` in canonical JSON."""
     body = {
         "version": CHECKPOINT_VERSION,
         "bootID": checkpoint.boot_id,
-        "claims": {uid: _record_to_json(r) for uid, r in sorted(checkpoint.claims.items())},
+        "claims": {uid: _record_to_json(r) for uid, r in checkpoint.claims.items()},
     }
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    checksum = hashlib.sha256(canonical.encode()).hexdigest()
-    return json.dumps({"checksum": checksum, "data": body}, sort_keys=True, indent=1).encode()
+    canonical = _canonical(body)
+    checksum = hashlib.sha256(canonical).hexdigest()
+    return b'{"checksum":"' + checksum.encode() + b'","data":' + canonical + b"}"
 
 
 def decode_checkpoint(raw: bytes) -> Checkpoint:
     try:
         envelope = json.loads(raw)
         body = envelope["data"]
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        if hashlib.sha256(canonical.encode()).hexdigest() != envelope["checksum"]:
+        if hashlib.sha256(_canonical(body)).hexdigest() != envelope["checksum"]:
             raise CheckpointError("checkpoint checksum mismatch")
         if body["version"] != CHECKPOINT_VERSION:
             raise CheckpointError(f"unsupported checkpoint version {body['version']!r}")

@@ -112,6 +112,8 @@ class ClaimPreparer:
         self.checkpoint = Checkpoint(checkpoint_file.boot_id)
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._checkpoint_lock = asyncio.Lock()
+        self._changes = 0
+        self._written = 0
 
     async def start(self) -> None:
         """Load the checkpoint and undo whatever a crash or reboot left behind."""
@@ -270,18 +272,25 @@ class ClaimPreparer:
         except CacheDirError as error:
             raise DriverError(f"claim {uid}: cache dir not removed: {error}") from error
         if uid in self.checkpoint.claims:
-            async with self._checkpoint_lock:
-                self.checkpoint.claims.pop(uid, None)
-                await self._store()
+            self.checkpoint.claims.pop(uid, None)
+            await self._persist()
 
     async def _record(self, record: ClaimRecord) -> None:
-        async with self._checkpoint_lock:
-            self.checkpoint.claims[record.uid] = record
-            await self._store()
+        self.checkpoint.claims[record.uid] = record
+        await self._persist()
 
-    async def _store(self) -> None:
-        snapshot = Checkpoint(self.checkpoint.boot_id, dict(self.checkpoint.claims))
-        await asyncio.to_thread(self.checkpoint_file.store, snapshot)
+    async def _persist(self) -> None:
+        """Make the in-memory checkpoint durable, with group commit: callers
+        that changed it while a write was running share the next write."""
+        self._changes += 1
+        wanted = self._changes
+        async with self._checkpoint_lock:
+            if self._written >= wanted:
+                return
+            written = self._changes
+            snapshot = Checkpoint(self.checkpoint.boot_id, dict(self.checkpoint.claims))
+            await asyncio.to_thread(self.checkpoint_file.store, snapshot)
+            self._written = written
         self.metrics.prepared_claims.set(
             sum(r.state is PrepareState.COMPLETED for r in snapshot.claims.values())
         )
