@@ -13,8 +13,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2 as grpc_health_pb2
+from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
+from api.generated import dra_health_v1alpha1_pb2 as health_pb2
 from api.generated import dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from cdi.naming import CDI_KIND
 from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
@@ -321,3 +324,56 @@ async def test_sockets_come_back_after_kubelet_wipes_the_dirs(node: Node):
         claim = await node.claim("after-wipe", [result("gpu-0", "1Gi")])
         response = await node.kubelet.prepare(DRIVER, [claim])
         assert response.claims[claim.uid].error == ""
+
+
+async def test_health_stream_and_slices_follow_the_gpu_file(node: Node):
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        first = await node.kubelet.wait_health(DRIVER, lambda h: len(h.devices) == 2)
+        assert {d.device.device_name for d in first.devices} == {"gpu-0", "gpu-1"}
+        assert all(d.health == health_pb2.HEALTHY for d in first.devices)
+        generation = plugin.publisher.generation
+        node.settings.mock_gpus.write_text(
+            MOCK_GPUS.replace("numa: 1}", "numa: 1, healthy: false, unhealthyReason: xid-79}")
+        )
+        sick = await node.kubelet.wait_health(
+            DRIVER, lambda h: any(d.health == health_pb2.UNHEALTHY for d in h.devices)
+        )
+        (bad,) = [d for d in sick.devices if d.health == health_pb2.UNHEALTHY]
+        assert (bad.device.pool_name, bad.device.device_name, bad.message) == (
+            NODE,
+            "gpu-1",
+            "xid-79",
+        )
+        await plugin.publisher.wait_for(lambda: plugin.publisher.generation > generation)
+        slices = await node.client.list(
+            "/apis/resource.k8s.io/v1/resourceslices", field_selector=f"spec.nodeName={NODE}"
+        )
+        devices = {d["name"]: d for s in slices["items"] for d in s["spec"]["devices"]}
+        assert devices["gpu-1"]["taints"][0]["key"] == "vgpu.hami.io/unhealthy"
+        assert "taints" not in devices["gpu-0"]
+
+
+async def test_grpc_health_service_answers_serving(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        async with grpc.aio.insecure_channel(f"unix://{node.settings.dra_socket}") as channel:
+            reply = await grpc_health_pb2_grpc.HealthStub(channel).Check(
+                grpc_health_pb2.HealthCheckRequest(service="")
+            )
+        assert reply.status == grpc_health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_api_errors_and_odd_names_are_per_claim_errors(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("flaky", [result("gpu-0", "1Gi")])
+        node.server.faults.fail("/resourceclaims/flaky", verb="GET", status=500, times=1)
+        slash = ClaimRef("default", str(uuid.uuid4()), "a/b")
+        namespace = ClaimRef("../kube-system", str(uuid.uuid4()), "x")
+        response = await node.kubelet.prepare(DRIVER, [claim, slash, namespace])
+        assert "cannot read claim default/flaky" in response.claims[claim.uid].error
+        assert "claim.name" in response.claims[slash.uid].error
+        assert "claim.namespace" in response.claims[namespace.uid].error
+        retried = await node.kubelet.prepare(DRIVER, [claim])
+        assert retried.claims[claim.uid].error == ""
