@@ -107,7 +107,8 @@ class MockBackend:
         return gpus
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """NVML strings arrive as bytes from older pynvml releases, str from newer."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -124,21 +125,21 @@ class NvmlBackend:
         nvml = self.nvml
         nvml.nvmlInit()
         try:
-            driver = _text(nvml.nvmlSystemGetDriverVersion())
+            driver = nvml_text(nvml.nvmlSystemGetDriverVersion())
             cuda = nvml.nvmlSystemGetCudaDriverVersion()
             cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
             gpus = []
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-                bus_id = _text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+                uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+                bus_id = nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
                 major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
                 gpus.append(
                     GpuInfo(
                         uuid=uuid,
                         index=index,
                         minor=nvml.nvmlDeviceGetMinorNumber(handle),
-                        product_name=_text(nvml.nvmlDeviceGetName(handle)),
+                        product_name=nvml_text(nvml.nvmlDeviceGetName(handle)),
                         memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
                         numa_node=self._numa(handle, bus_id),
                         pci_bus_id=bus_id,

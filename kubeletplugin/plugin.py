@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +30,14 @@ from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
-from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend
+from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import ClaimPreparer, PreparerSettings
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, build_device, device_name
+from kubeletplugin.xid import XidWatcher
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
 
@@ -96,8 +98,6 @@ def open_backend(settings: PluginSettings) -> GpuBackend:
         return MockBackend(settings.mock_gpus)
     import pynvml
 
-    from kubeletplugin.gpus import NvmlBackend, read_sysfs_numa
-
     return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
 
 
@@ -138,6 +138,8 @@ class KubeletPlugin:
         self._servers: dict[Path, grpc.aio.Server] = {}
         self._retired: list[grpc.aio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._devices_changed = asyncio.Event()
+        self._stop_threads = threading.Event()
         self.socket_generation = 0
         """Bumped each time the sockets are (re)created; `wait_for` it in tests."""
         self._sockets_changed = asyncio.Condition()
@@ -149,10 +151,14 @@ class KubeletPlugin:
         await self.publisher.publish(self.gpus)
         await self._serve_sockets()
         self._tasks.append(asyncio.create_task(self._guard_sockets(), name="socket guard"))
+        self._tasks.append(asyncio.create_task(self._republish(), name="republish"))
         if self.settings.mock_gpus is not None:
             self._tasks.append(asyncio.create_task(self._watch_config(), name="config watch"))
+        if isinstance(self.backend, NvmlBackend):
+            self._tasks.append(asyncio.create_task(self._watch_xids(), name="xid watch"))
 
     async def aclose(self) -> None:
+        self._stop_threads.set()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -245,12 +251,35 @@ class KubeletPlugin:
                             break
             await self._serve_sockets()
 
-    async def _watch_config(self) -> None:
-        path = self.settings.mock_gpus
-        assert path is not None
-        async for _ in awatch(path.parent, debounce=50, step=10, recursive=False):
+    async def _republish(self) -> None:
+        """One worker applies device changes in order, however many arrive."""
+        while True:
+            await self._devices_changed.wait()
+            self._devices_changed.clear()
             try:
                 await self.refresh_devices()
                 await self.publisher.publish(self.gpus)
             except DriverError as error:
-                log.error("mock GPU file rejected", extra={"path": str(path), "error": str(error)})
+                log.error("devices not republished", extra={"error": str(error)})
+
+    async def _watch_config(self) -> None:
+        path = self.settings.mock_gpus
+        assert path is not None
+        async for _ in awatch(path.parent, debounce=50, step=10, recursive=False):
+            self._devices_changed.set()
+
+    async def _watch_xids(self) -> None:
+        """NVML XID events (in a worker thread) mark GPUs unhealthy."""
+        backend = self.backend
+        assert isinstance(backend, NvmlBackend)
+        loop = asyncio.get_running_loop()
+
+        def on_xid(uuid: str, xid: int) -> None:
+            def mark() -> None:
+                backend.unhealthy[uuid] = f"xid-{xid}"
+                self._devices_changed.set()
+
+            loop.call_soon_threadsafe(mark)
+
+        watcher = XidWatcher(backend.nvml, on_xid)
+        await asyncio.to_thread(watcher.run, self._stop_threads)
