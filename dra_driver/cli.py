@@ -52,7 +52,10 @@ def _kubelet_plugin(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     settings = settings_from_args(args)
-    return run_until_signalled(lambda stop: serve_kubelet_plugin(settings, args.kubeconfig, stop))
+    metrics = (args.metrics_host, args.metrics_port) if args.metrics_port else None
+    return run_until_signalled(
+        lambda stop: serve_kubelet_plugin(settings, args.kubeconfig, stop, metrics)
+    )
 
 
 def _install_libvgpu(args: argparse.Namespace) -> int:
@@ -170,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. nvidia.com/gpu: return the NVIDIA CDI device, omit device nodes",
     )
     plugin.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG"))
+    plugin.add_argument("--metrics-host", default=_env("METRICS_HOST", "0.0.0.0"))
+    plugin.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("METRICS_PORT", "9396")),
+        help="Prometheus /metrics port; 0 disables it",
+    )
     plugin.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
     plugin.set_defaults(handler=_kubelet_plugin)
 

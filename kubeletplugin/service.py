@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from dra_driver.kube.rest import KubeClient
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
+from libvgpu.monitor import MetricsServer
 from libvgpu.settings import LibvgpuPaths
 
 ALLOCATION_TAINT_KEY = "allocation"
@@ -42,12 +43,21 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
 
 
 async def serve_kubelet_plugin(
-    settings: PluginSettings, kubeconfig: Path | None, stop: asyncio.Event
+    settings: PluginSettings,
+    kubeconfig: Path | None,
+    stop: asyncio.Event,
+    metrics_address: tuple[str, int] | None = None,
 ) -> None:
+    """Run until `stop`; `/metrics` is served on `metrics_address` when given."""
     client = await KubeClient.from_kubeconfig(kubeconfig)
+    registry = CollectorRegistry()
     try:
-        plugin = KubeletPlugin(settings, client, open_backend(settings), CollectorRegistry())
+        plugin = KubeletPlugin(settings, client, open_backend(settings), registry)
         async with plugin:
-            await stop.wait()
+            if metrics_address is None:
+                await stop.wait()
+            else:
+                async with MetricsServer(registry, *metrics_address):
+                    await stop.wait()
     finally:
         await client.aclose()

@@ -12,6 +12,7 @@ worked out from our own mountinfo, because paths differ between namespaces.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import os
 import shutil
@@ -93,6 +94,8 @@ def cache_dir_users(host_dir: str, settings: CacheDirSettings) -> list[str]:
         except (FileNotFoundError, ProcessLookupError):
             continue
         except OSError as error:
+            if error.errno in (errno.EINVAL, errno.ESRCH):
+                continue  # the process exited while its table was being read
             raise CacheDirError(f"cannot read {table} to check {host_dir}: {error}") from error
         if mounts_exposing(parse_mountinfo(text), device, inner):
             users.append(table)

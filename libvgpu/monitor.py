@@ -80,6 +80,13 @@ class MetricsServer:
         if runner is not None:
             await runner.cleanup()
 
+    async def __aenter__(self) -> MetricsServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
     async def _metrics(self, request: web.Request) -> web.Response:
         body = await asyncio.to_thread(generate_latest, self._registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -13,11 +13,14 @@ import os
 import random
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from pathlib import Path
 
+import aiohttp
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient, object_path
@@ -65,6 +68,7 @@ class PluginProcess:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.process: asyncio.subprocess.Process | None = None
+        self.extra_args = ["--metrics-port", "0"]
 
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
@@ -77,6 +81,7 @@ class PluginProcess:
             "--vgpu-dir", str(self.root / "vgpu"),
             "--kubeconfig", str(self.root / "kubeconfig"),
             "--log-level", "ERROR",
+            *self.extra_args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
@@ -175,3 +180,37 @@ async def test_kill_9_never_leaks_or_loses_a_claim(cluster):
     assert list((root / "vgpu" / "claims").glob("*")) == []
     assert json.loads((root / "plugin" / "checkpoint.json").read_text())["data"]["claims"] == {}
     assert os.listdir(root / "registry") == [f"{DRIVER}-reg.sock"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+async def test_plugin_process_serves_metrics(cluster):
+    _, client, kubelet, plugin = cluster
+    created = await client.create(CLAIMS, manifest("metered"))
+    await client.patch(
+        object_path(CLAIMS, "metered") + "/status", {"status": {"allocation": allocation(1)}}
+    )
+    port = free_port()
+    plugin.extra_args = ["--metrics-host", "127.0.0.1", "--metrics-port", str(port)]
+    await plugin.start()
+    await kubelet.wait_registered(DRIVER)
+    claim = ClaimRef("default", created["metadata"]["uid"], "metered")
+    assert (await kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        text = await response.text()
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert (
+        samples[("vgpu_dra_operations_total", (("operation", "prepare"), ("outcome", "ok")))] == 1
+    )
+    assert samples[("vgpu_dra_prepared_claims", ())] == 1
