@@ -1,0 +1,567 @@
+"""REST semantics over the storage: create, update, patch, delete, bind, list, GC.
+
+This is what kube-apiserver's generic registry and the garbage and namespace
+controllers do, reduced to what clients can observe: metadata stamping,
+optimistic concurrency, status separation, finalizers, owner-reference
+collection. Nothing here awaits; see store.py for why that matters.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from .errors import (
+    STALE,
+    ApiError,
+    Target,
+    already_exists,
+    bad_request,
+    conflict,
+    gone,
+    invalid_object,
+    not_found,
+    required,
+)
+from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from .registry import ResourceType
+from .selectors import FieldTerm, Requirement, fields_match, labels_match
+from .store import ADDED, DELETED, MODIFIED, Storage, owner_uids
+from .validation import validate_metadata
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
+    JSON_PATCH: json_patch,
+    MERGE_PATCH: json_merge_patch,
+    STRATEGIC_PATCH: strategic_merge_patch,
+}
+FOREGROUND = "foregroundDeletion"
+POLICIES = ("Orphan", "Background", "Foreground")
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+_SERVER_META = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+_EXPIRED_CONTINUE = (
+    "The provided continue parameter is too old to display a consistent list result. "
+    "You can start a new list without the continue parameter, or use the continue token "
+    "in this response to retrieve the remainder of the results. Continuing with the provided "
+    "token results in an inconsistent list - objects that were created, modified, or deleted "
+    "between the time the first chunk was returned and now may show up in the list."
+)
+
+
+def now_rfc3339(offset_s: float = 0) -> str:
+    moment = datetime.now(UTC) + timedelta(seconds=offset_s)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def target(resource: ResourceType, name: str) -> Target:
+    return Target(resource.group, resource.plural, resource.kind, name)
+
+
+def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
+
+
+class Cluster:
+    """The object API the HTTP layer calls; `schedule` runs controller work after the response."""
+
+    def __init__(self, storage: Storage, schedule: Callable[[Callable[[], None]], Any]) -> None:
+        self.storage = storage
+        self._schedule = schedule
+        self._namespaces = storage.registry.get("", "v1", "namespaces")
+        self._terminating: set[str] = set()
+        storage.on_removed = self._removed
+
+    # ---- reads -----------------------------------------------------------------
+
+    def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.storage.get(resource, namespace, name)
+        if obj is None:
+            raise not_found(target(resource, name))
+        return obj
+
+    def list(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: tuple[Requirement, ...],
+        fields: tuple[FieldTerm, ...],
+        limit: int = 0,
+        token: str = "",
+    ) -> dict[str, Any]:
+        bucket = self.storage.bucket(resource)
+        start = ""
+        if token:
+            list_rv, start = self._decode_continue(token)
+            if list_rv < bucket.floor:
+                raise gone(_EXPIRED_CONTINUE)
+        keys = sorted(
+            (k for k in bucket.objects if namespace is None or k[0] == namespace),
+            key=lambda k: f"{k[0]}/{k[1]}",
+        )
+        items: list[dict[str, Any]] = []
+        meta: dict[str, Any] = {"resourceVersion": str(self.storage.rv)}
+        matching = (
+            obj
+            for key in keys
+            if f"{key[0]}/{key[1]}" > start
+            and labels_match(labels, obj := bucket.objects[key])
+            and fields_match(fields, obj)
+        )
+        for obj in matching:
+            if limit and len(items) == limit:
+                last = items[-1]["metadata"]
+                meta["continue"] = self._encode_continue(
+                    f"{last.get('namespace', '')}/{last['name']}"
+                )
+                meta["remainingItemCount"] = 1 + sum(1 for _ in matching)
+                break
+            items.append(obj)
+        return {
+            "kind": f"{resource.kind}List",
+            "apiVersion": resource.group_version,
+            "metadata": meta,
+            "items": items,
+        }
+
+    def _encode_continue(self, start: str) -> str:
+        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": self.storage.rv, "start": start})
+        return base64.urlsafe_b64encode(raw.encode()).decode()
+
+    @staticmethod
+    def _decode_continue(token: str) -> tuple[int, str]:
+        try:
+            data = json.loads(base64.urlsafe_b64decode(token.encode()))
+            return int(data["rv"]), str(data["start"])
+        except (ValueError, KeyError, TypeError, binascii.Error) as error:
+            raise bad_request(f"continue key is not valid: {error}") from error
+
+    # ---- writes ----------------------------------------------------------------
+
+    def _check_type(self, resource: ResourceType, body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise bad_request(f"the body of the request must be a {resource.kind} object")
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if api_version and api_version != resource.group_version:
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the expected "
+                f"API version ({resource.group_version})"
+            )
+        if kind and kind != resource.kind:
+            raise bad_request(
+                f'{kind} in version "{resource.version}" cannot be handled as a {resource.kind}'
+            )
+        obj = dict(body)
+        obj["apiVersion"], obj["kind"] = resource.group_version, resource.kind
+        meta = obj.get("metadata")
+        obj["metadata"] = dict(meta) if isinstance(meta, dict) else {}
+        return obj
+
+    def _check_namespace(
+        self, resource: ResourceType, namespace: str, meta: dict[str, Any]
+    ) -> None:
+        if not resource.namespaced:
+            meta.pop("namespace", None)
+            return
+        if meta.get("namespace") not in (None, "", namespace):
+            raise bad_request(
+                "the namespace of the provided object does not match "
+                "the namespace sent on the request"
+            )
+        meta["namespace"] = namespace
+
+    def _validate(
+        self,
+        resource: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        status_only: bool,
+    ) -> None:
+        if status_only:
+            errors = resource.validate_status(obj, old) if resource.validate_status else []
+        else:
+            errors = validate_metadata(obj, resource.name_rule, old)
+            if resource.validate is not None:
+                errors += resource.validate(obj, old)
+            if old is None and resource.validate_status is not None and obj.get("status"):
+                errors += resource.validate_status(obj, None)
+        if errors:
+            raise invalid_object(target(resource, obj["metadata"].get("name", "")), errors)
+
+    def create(self, resource: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
+        obj = self._check_type(resource, body)
+        meta = obj["metadata"]
+        self._check_namespace(resource, namespace, meta)
+        if resource.namespaced:
+            self._require_namespace(
+                resource, namespace, meta.get("name") or meta.get("generateName", "")
+            )
+        bucket = self.storage.bucket(resource)
+        if not meta.get("name") and meta.get("generateName"):
+            while True:
+                name = meta["generateName"] + "".join(random.choices(_SUFFIX_ALPHABET, k=5))
+                if (namespace if resource.namespaced else "", name) not in bucket.objects:
+                    break
+            meta["name"] = name
+        for key in (*_SERVER_META, "resourceVersion", "managedFields", "selfLink"):
+            meta.pop(key, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if resource.tracks_generation:
+            meta["generation"] = 1
+        if resource.on_create is not None:
+            resource.on_create(obj)
+        self._validate(resource, obj, None, status_only=False)
+        if (meta.get("namespace", ""), meta["name"]) in bucket.objects:
+            raise already_exists(target(resource, meta["name"]))
+        return self.storage.commit(resource, obj, None, ADDED)
+
+    def _require_namespace(self, resource: ResourceType, namespace: str, name: str) -> None:
+        found = self.storage.get(self._namespaces, "", namespace)
+        if found is None:
+            raise not_found(target(self._namespaces, namespace))
+        if namespace in self._terminating:
+            raise ApiError(
+                403,
+                f'{target(resource, name).qualified} "{name}" is forbidden: '
+                f"unable to create new content in namespace {namespace} "
+                "because it is being terminated",
+                details=target(resource, name).details(resource.plural),
+            )
+
+    def update(
+        self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
+    ) -> dict[str, Any]:
+        old = self.storage.get(resource, namespace, name)
+        if old is None:
+            if resource.create_on_update and not subresource:
+                return self.create(resource, namespace, body)
+            raise not_found(target(resource, name))
+        obj = self._check_type(resource, body)
+        meta = obj["metadata"]
+        if meta.get("name") not in (None, name):
+            raise bad_request(
+                f"the name of the object ({meta.get('name')}) does not match "
+                f"the name on the URL ({name})"
+            )
+        self._check_namespace(resource, namespace, meta)
+        return self._replace(resource, old, obj, subresource)
+
+    def _replace(
+        self, resource: ResourceType, old: dict[str, Any], obj: dict[str, Any], subresource: str
+    ) -> dict[str, Any]:
+        old_meta = old["metadata"]
+        wanted_rv = obj["metadata"].get("resourceVersion")
+        if wanted_rv and wanted_rv != old_meta["resourceVersion"]:
+            raise conflict(target(resource, old_meta["name"]), STALE)
+        if subresource == "status":
+            new = dict(old)
+            new["metadata"] = dict(old_meta)
+            if obj.get("status") is None:
+                new.pop("status", None)
+            else:
+                new["status"] = obj["status"]
+        else:
+            new = obj
+            meta = new["metadata"]
+            meta["name"] = old_meta["name"]
+            meta.pop("managedFields", None)
+            meta.pop("selfLink", None)
+            for key in _SERVER_META:
+                if key in old_meta:
+                    meta[key] = old_meta[key]
+                else:
+                    meta.pop(key, None)
+            if resource.has_status:
+                if "status" in old:
+                    new["status"] = old["status"]
+                else:
+                    new.pop("status", None)
+            if resource.tracks_generation and _spec_part(new) != _spec_part(old):
+                meta["generation"] = old_meta.get("generation", 1) + 1
+        self._validate(resource, new, old, status_only=subresource == "status")
+        new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        if new == old:
+            return old
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self.storage.commit(resource, new, old, DELETED)
+        return self.storage.commit(resource, new, old, MODIFIED)
+
+    def patch(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        content_type: str,
+        patch: Any,
+        subresource: str = "",
+    ) -> dict[str, Any]:
+        patcher = PATCHERS.get(content_type)
+        if patcher is None:
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}",
+            )
+        old = self.get(resource, namespace, name)
+        try:
+            patched = patcher(old, patch)
+        except PatchError as error:
+            raise ApiError(error.code, str(error)) from error
+        obj = self._check_type(resource, patched)
+        self._check_namespace(resource, namespace, obj["metadata"])
+        return self._replace(resource, old, obj, subresource)
+
+    def bind(self, namespace: str, name: str, body: Any) -> None:
+        pods = self.storage.registry.get("", "v1", "pods")
+        binding_target = Target("", "pods/binding", "Binding", name)
+        node = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
+        if not node:
+            raise invalid_object(binding_target, [required("target.name")])
+        old = self.get(pods, namespace, name)
+        spec = old.get("spec") or {}
+        if old["metadata"].get("deletionTimestamp"):
+            raise conflict(
+                binding_target, f"pod {name} is being deleted, cannot be assigned to a host"
+            )
+        if spec.get("nodeName"):
+            raise conflict(
+                binding_target, f'pod {name} is already assigned to node "{spec["nodeName"]}"'
+            )
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        new["spec"] = {**spec, "nodeName": node}
+        status = dict(old.get("status") or {})
+        conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conditions.append(
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now_rfc3339(),
+            }
+        )
+        status["conditions"] = conditions
+        new["status"] = status
+        self.storage.commit(pods, new, old, MODIFIED)
+
+    # ---- deletion, finalizers, garbage collection ------------------------------
+
+    def delete(
+        self, resource: ResourceType, namespace: str, name: str, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        old = self.get(resource, namespace, name)
+        meta = old["metadata"]
+        preconditions = options.get("preconditions") or {}
+        if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
+            raise conflict(
+                target(resource, name),
+                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
+                f"UID in object meta: {meta['uid']}",
+            )
+        if (
+            preconditions.get("resourceVersion")
+            and preconditions["resourceVersion"] != meta["resourceVersion"]
+        ):
+            raise conflict(
+                target(resource, name),
+                "Precondition failed: ResourceVersion in precondition: "
+                f"{preconditions['resourceVersion']}, "
+                f"ResourceVersion in object meta: {meta['resourceVersion']}",
+            )
+        policy = options.get("propagationPolicy") or "Background"
+        if policy not in POLICIES:
+            raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
+        if resource is self._namespaces:
+            return self._terminate_namespace(old)
+        grace = options.get("gracePeriodSeconds")
+        if resource.graceful_deletion and self._runs_on_node(old):
+            if grace is None:
+                grace = (old.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
+            if grace > 0:
+                if meta.get("deletionTimestamp"):
+                    return old
+                return self._mark_deleting(resource, old, grace, [])
+        if policy == "Orphan":
+            self._orphan(meta["uid"])
+        added = []
+        if (
+            policy == "Foreground"
+            and self.storage.dependents.get(meta["uid"])
+            and FOREGROUND not in (meta.get("finalizers") or [])
+        ):
+            added = [FOREGROUND]
+            self._schedule(lambda: self._collect(meta["uid"], "Foreground"))
+        if meta.get("finalizers") or added:
+            if meta.get("deletionTimestamp") and not added:
+                return old
+            return self._mark_deleting(resource, old, 0, added)
+        return self._remove(resource, old)
+
+    @staticmethod
+    def _runs_on_node(pod: dict[str, Any]) -> bool:
+        phase = (pod.get("status") or {}).get("phase")
+        return bool((pod.get("spec") or {}).get("nodeName")) and phase not in (
+            "Succeeded",
+            "Failed",
+        )
+
+    def _mark_deleting(
+        self, resource: ResourceType, old: dict[str, Any], grace: int, finalizers: list[str]
+    ) -> dict[str, Any]:
+        new = dict(old)
+        meta = new["metadata"] = dict(old["metadata"])
+        meta.setdefault("deletionTimestamp", now_rfc3339(grace))
+        meta["deletionGracePeriodSeconds"] = grace
+        if finalizers:
+            meta["finalizers"] = [*(meta.get("finalizers") or []), *finalizers]
+        return self.storage.commit(resource, new, old, MODIFIED)
+
+    def _remove(self, resource: ResourceType, old: dict[str, Any]) -> dict[str, Any]:
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        return self.storage.commit(resource, new, old, DELETED)
+
+    def delete_collection(
+        self,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: tuple[Requirement, ...],
+        fields: tuple[FieldTerm, ...],
+        options: dict[str, Any],
+    ) -> None:
+        for obj in self.list(resource, namespace, labels, fields)["items"]:
+            meta = obj["metadata"]
+            if self.storage.get(resource, meta.get("namespace", ""), meta["name"]) is obj:
+                self.delete(resource, meta.get("namespace", ""), meta["name"], options)
+
+    def _orphan(self, owner_uid: str) -> None:
+        for uid in list(self.storage.dependents.get(owner_uid, ())):
+            self._drop_owner(uid, owner_uid)
+
+    def _drop_owner(self, uid: str, owner_uid: str) -> None:
+        found = self.storage.get_by_uid(uid)
+        if found is None:
+            return
+        resource, old = found
+        new = dict(old)
+        meta = new["metadata"] = dict(old["metadata"])
+        meta["ownerReferences"] = [
+            r for r in meta.get("ownerReferences") or [] if r.get("uid") != owner_uid
+        ]
+        if not meta["ownerReferences"]:
+            del meta["ownerReferences"]
+        self.storage.commit(resource, new, old, MODIFIED)
+
+    def _removed(self, resource: ResourceType, obj: dict[str, Any]) -> None:
+        uid = obj["metadata"]["uid"]
+        if self.storage.dependents.get(uid):
+            self._schedule(lambda: self._collect(uid, "Background"))
+        for owner_uid in owner_uids(obj):
+            self._schedule(functools.partial(self._release_foreground, owner_uid))
+        namespace = obj["metadata"].get("namespace")
+        if namespace in self._terminating:
+            self._schedule(lambda: self._finish_namespace(namespace))
+
+    def _collect(self, owner_uid: str, policy: str) -> None:
+        """The garbage collector: delete dependents whose owners are all gone."""
+        for uid in list(self.storage.dependents.get(owner_uid, ())):
+            found = self.storage.get_by_uid(uid)
+            if found is None:
+                continue
+            resource, obj = found
+            refs = obj["metadata"].get("ownerReferences") or []
+            alive = [
+                r
+                for r in refs
+                if r.get("uid") != owner_uid
+                and (owner := self.storage.get_by_uid(r["uid"])) is not None
+                and not (
+                    owner[1]["metadata"].get("deletionTimestamp")
+                    and FOREGROUND in (owner[1]["metadata"].get("finalizers") or [])
+                )
+            ]
+            if alive:
+                self._drop_owner(uid, owner_uid)
+            else:
+                meta = obj["metadata"]
+                try:
+                    self.delete(
+                        resource,
+                        meta.get("namespace", ""),
+                        meta["name"],
+                        {"propagationPolicy": policy},
+                    )
+                except ApiError:
+                    continue
+        if self.storage.get_by_uid(owner_uid) is None:
+            self.storage.dependents.pop(owner_uid, None)
+
+    def _release_foreground(self, owner_uid: str) -> None:
+        found = self.storage.get_by_uid(owner_uid)
+        if found is None or self.storage.dependents.get(owner_uid):
+            return
+        resource, old = found
+        finalizers = old["metadata"].get("finalizers") or []
+        if FOREGROUND not in finalizers:
+            return
+        new = dict(old)
+        new["metadata"] = {
+            **old["metadata"],
+            "finalizers": [f for f in finalizers if f != FOREGROUND],
+        }
+        event = DELETED if not new["metadata"]["finalizers"] else MODIFIED
+        self.storage.commit(resource, new, old, event)
+
+    def _terminate_namespace(self, old: dict[str, Any]) -> dict[str, Any]:
+        """The namespace controller: mark Terminating, empty the namespace, then remove it."""
+        name = old["metadata"]["name"]
+        if name in self._terminating:
+            return old
+        self._terminating.add(name)
+        new = dict(old)
+        new["metadata"] = {
+            **old["metadata"],
+            "deletionTimestamp": now_rfc3339(),
+            "deletionGracePeriodSeconds": 0,
+        }
+        new["status"] = {**(old.get("status") or {}), "phase": "Terminating"}
+        committed = self.storage.commit(self._namespaces, new, old, MODIFIED)
+        self._schedule(lambda: self._purge_namespace(name))
+        return committed
+
+    def _purge_namespace(self, name: str) -> None:
+        for bucket in self.storage.buckets.values():
+            if not bucket.resource.namespaced:
+                continue
+            for key in [k for k in bucket.objects if k[0] == name]:
+                obj = bucket.objects.get(key)
+                if obj is not None and not obj["metadata"].get("deletionTimestamp"):
+                    self.delete(bucket.resource, name, key[1], {"gracePeriodSeconds": 0})
+        self._finish_namespace(name)
+
+    def _finish_namespace(self, name: str) -> None:
+        if name not in self._terminating:
+            return
+        for bucket in self.storage.buckets.values():
+            if bucket.resource.namespaced and any(k[0] == name for k in bucket.objects):
+                return
+        old = self.storage.get(self._namespaces, "", name)
+        self._terminating.discard(name)
+        if old is not None and not old["metadata"].get("finalizers"):
+            self._remove(self._namespaces, old)

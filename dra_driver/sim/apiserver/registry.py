@@ -1,0 +1,245 @@
+"""The served resource types: adding one is one `ResourceType(...)` line in RESOURCES."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .rules import (
+    Defaulter,
+    Validator,
+    clear_status,
+    default_namespace,
+    default_pod,
+    validate_claim_status,
+    validate_claim_template,
+    validate_device_class,
+    validate_pod,
+    validate_resource_claim,
+    validate_resource_slice,
+)
+from .validation import NameRule, dns_label, dns_subdomain
+
+BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
+ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceType:
+    """How one resource behaves; the generic handlers read nothing else."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    subresources: frozenset[str] = frozenset()
+    short_names: tuple[str, ...] = ()
+    fields: frozenset[str] = frozenset()
+    name_rule: NameRule = dns_subdomain
+    validate: Validator | None = None
+    validate_status: Validator | None = None
+    on_create: Defaulter | None = None
+    tracks_generation: bool = True
+    create_on_update: bool = False
+    graceful_deletion: bool = False
+    selectable: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selectable", BASE_FIELDS | self.fields)
+
+    @property
+    def group_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.group, self.version, self.plural)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.lower()
+
+    @property
+    def has_status(self) -> bool:
+        return "status" in self.subresources
+
+
+STATUS = frozenset({"status"})
+POD_FIELDS = frozenset(
+    {
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "spec.hostNetwork",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    }
+)
+EVENT_FIELDS = frozenset(
+    {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    }
+)
+EVENTS_V1_FIELDS = frozenset(
+    {
+        "regarding.kind",
+        "regarding.namespace",
+        "regarding.name",
+        "regarding.uid",
+        "reason",
+        "type",
+        "reportingController",
+    }
+)
+
+RESOURCES: tuple[ResourceType, ...] = (
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        False,
+        STATUS,
+        ("ns",),
+        frozenset({"status.phase"}),
+        dns_label,
+        on_create=default_namespace,
+        tracks_generation=False,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        False,
+        STATUS,
+        ("no",),
+        frozenset({"spec.unschedulable"}),
+        tracks_generation=False,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        True,
+        frozenset({"status", "binding"}),
+        ("po",),
+        POD_FIELDS,
+        validate=validate_pod,
+        on_create=default_pod,
+        graceful_deletion=True,
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        fields=EVENT_FIELDS,
+        tracks_generation=False,
+        create_on_update=True,
+    ),
+    ResourceType(
+        "", "v1", "configmaps", "ConfigMap", True, short_names=("cm",), tracks_generation=False
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        True,
+        STATUS,
+        ("quota",),
+        on_create=clear_status,
+        tracks_generation=False,
+    ),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        True,
+        short_names=("ev",),
+        fields=EVENTS_V1_FIELDS,
+        tracks_generation=False,
+        create_on_update=True,
+    ),
+    ResourceType(
+        "coordination.k8s.io",
+        "v1",
+        "leases",
+        "Lease",
+        True,
+        tracks_generation=False,
+        create_on_update=True,
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "deviceclasses",
+        "DeviceClass",
+        False,
+        validate=validate_device_class,
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceslices",
+        "ResourceSlice",
+        False,
+        fields=frozenset({"spec.nodeName", "spec.driver", "spec.pool.name"}),
+        validate=validate_resource_slice,
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaims",
+        "ResourceClaim",
+        True,
+        STATUS,
+        validate=validate_resource_claim,
+        validate_status=validate_claim_status,
+        on_create=clear_status,
+    ),
+    ResourceType(
+        "resource.k8s.io",
+        "v1",
+        "resourceclaimtemplates",
+        "ResourceClaimTemplate",
+        True,
+        validate=validate_claim_template,
+    ),
+)
+
+
+class Registry:
+    """Looks resource types up by (group, version, plural) and by kind for owner references."""
+
+    def __init__(self, resources: tuple[ResourceType, ...] = RESOURCES) -> None:
+        self.resources = resources
+        self._by_key = {r.key: r for r in resources}
+        self.groups: dict[str, list[str]] = {}
+        for resource in resources:
+            versions = self.groups.setdefault(resource.group, [])
+            if resource.version not in versions:
+                versions.append(resource.version)
+
+    def get(self, group: str, version: str, plural: str) -> ResourceType | None:
+        return self._by_key.get((group, version, plural))
+
+    def in_group_version(self, group: str, version: str) -> list[ResourceType]:
+        return [r for r in self.resources if r.group == group and r.version == version]

@@ -1,0 +1,424 @@
+"""The HTTP face of the emulator: kube-apiserver's URL layout, verbs, content types and watch.
+
+Run it with `async with APIServer() as server:` inside a loop, or with
+`run_in_thread()` (threaded.py) for the synchronous official client. Like the
+real server, `pods/binding` answers a `Status` (201), which the official
+client's typed `create_namespaced_pod_binding` cannot deserialize into a
+V1Binding: call it with `_preload_content=False`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from . import discovery
+from .cluster import Cluster
+from .errors import ApiError, bad_request, method_not_allowed
+from .faults import FaultInjector
+from .registry import Registry, ResourceType
+from .selectors import SelectorError, parse_field_selector, parse_label_selector
+from .settings import APIServerSettings
+from .store import Storage, Watcher
+
+_TRUE = ("1", "true", "True")
+_JSON = "application/json"
+_SUCCESS_BINDING = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Success",
+    "code": 201,
+}
+
+
+def _dumps(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _json_response(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_dumps(obj), status=status, content_type=_JSON)
+
+
+def _error_response(error: ApiError) -> web.Response:
+    headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
+    return web.Response(
+        body=_dumps(error.status()), status=error.code, content_type=_JSON, headers=headers
+    )
+
+
+def _bookmark(resource: ResourceType, rv: int) -> dict[str, Any]:
+    return {
+        "kind": resource.kind,
+        "apiVersion": resource.group_version,
+        "metadata": {"resourceVersion": str(rv)},
+    }
+
+
+class APIServer:
+    """An in-process kube-apiserver on loopback HTTP; `faults` is the fault-injection handle."""
+
+    def __init__(
+        self, settings: APIServerSettings | None = None, registry: Registry | None = None
+    ) -> None:
+        self.settings = settings or APIServerSettings()
+        self.registry = registry or Registry()
+        self.faults = FaultInjector()
+        self._storage: Storage | None = None
+        self._cluster: Cluster | None = None
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.settings.host}:{self._port}"
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._storage = Storage(self.registry, self.settings.watch_history)
+        self._cluster = Cluster(self._storage, loop.call_soon)
+        namespaces = self.registry.get("", "v1", "namespaces")
+        if namespaces is not None:
+            for name in self.settings.namespaces:
+                self._cluster.create(namespaces, "", {"metadata": {"name": name}})
+        self.faults.bind(loop, self._drop_watches)
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+        await self._runner.setup()
+        listener = socket.create_server((self.settings.host, self.settings.port))
+        self._port = listener.getsockname()[1]
+        await web.SockSite(self._runner, listener).start()
+
+    async def aclose(self) -> None:
+        if self._runner is None:
+            return
+        self._drop_watches(None)
+        await self._runner.cleanup()
+        self._runner = None
+
+    async def __aenter__(self) -> APIServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "emulator", "user": {"token": "emulator"}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+                }
+            ],
+            "current-context": "emulator",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        target = Path(path)
+        target.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False))
+        return target
+
+    def _drop_watches(self, pattern: re.Pattern[str] | None) -> int:
+        if self._storage is None:
+            return 0
+        dropped = 0
+        for bucket in self._storage.buckets.values():
+            for watcher in list(bucket.watchers):
+                if pattern is None or pattern.search(watcher.path):
+                    watcher.close()
+                    bucket.watchers.discard(watcher)
+                    dropped += 1
+        return dropped
+
+    # ---- request handling ------------------------------------------------------
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        delay_s, injected = self.faults.admit(request.method, request.path_qs)
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        if injected is not None:
+            return _error_response(injected)
+        try:
+            return await self._dispatch(request)
+        except ApiError as error:
+            return _error_response(error)
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if not parts:
+            return _json_response({"paths": ["/api", "/api/v1", "/apis", "/version"]})
+        head = parts[0]
+        if head == "version" and len(parts) == 1:
+            return _json_response(discovery.VERSION_INFO)
+        if head in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok")
+        if head == "api":
+            if len(parts) == 1:
+                return _json_response(discovery.core_versions(f"{self.settings.host}:{self._port}"))
+            return await self._group_request(request, "", parts[1], parts[2:])
+        if head == "apis":
+            if len(parts) == 1:
+                return _json_response(discovery.group_list(self.registry))
+            if len(parts) == 2:
+                return self._document(discovery.group(self.registry, parts[1]), request.path)
+            return await self._group_request(request, parts[1], parts[2], parts[3:])
+        raise self._path_not_found(request.path)
+
+    @staticmethod
+    def _path_not_found(path: str) -> ApiError:
+        return ApiError(
+            404,
+            "the server could not find the requested resource",
+            details={
+                "causes": [
+                    {"reason": "UnexpectedServerResponse", "message": f"404 page not found: {path}"}
+                ]
+            },
+        )
+
+    def _document(self, doc: dict[str, Any] | None, path: str) -> web.Response:
+        if doc is None:
+            raise self._path_not_found(path)
+        return _json_response(doc)
+
+    async def _group_request(
+        self, request: web.Request, group: str, version: str, rest: list[str]
+    ) -> web.StreamResponse:
+        if not rest:
+            return self._document(
+                discovery.resource_list(self.registry, group, version), request.path
+            )
+        namespace: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            candidate = self.registry.get(group, version, rest[2])
+            if candidate is not None and candidate.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        resource = self.registry.get(group, version, rest[0])
+        if resource is None or len(rest) > 3:
+            raise self._path_not_found(request.path)
+        if resource.namespaced and namespace is None and len(rest) > 1:
+            raise self._path_not_found(request.path)
+        if not resource.namespaced and namespace is not None:
+            raise self._path_not_found(request.path)
+        if len(rest) == 1:
+            return await self._collection(request, resource, namespace)
+        subresource = rest[2] if len(rest) == 3 else ""
+        if subresource and subresource not in resource.subresources:
+            raise self._path_not_found(request.path)
+        return await self._item(request, resource, namespace or "", rest[1], subresource)
+
+    @property
+    def cluster(self) -> Cluster:
+        assert self._cluster is not None, "APIServer.start() was not awaited"
+        return self._cluster
+
+    async def _body(self, request: web.Request) -> Any:
+        raw = await request.read()
+        content_type = request.content_type
+        if "protobuf" in content_type or "cbor" in content_type:
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - "
+                f"accepted media types include: {_JSON}, application/yaml",
+            )
+        try:
+            if "yaml" in content_type:
+                return yaml.safe_load(raw)
+            return json.loads(raw) if raw else None
+        except (ValueError, yaml.YAMLError) as error:
+            raise bad_request(f"the body of the request could not be decoded: {error}") from error
+
+    @staticmethod
+    def _selectors(resource: ResourceType, query: Any) -> tuple[Any, Any]:
+        try:
+            labels = parse_label_selector(query.get("labelSelector", ""))
+            fields = parse_field_selector(query.get("fieldSelector", ""), resource.selectable)
+        except SelectorError as error:
+            raise bad_request(str(error)) from error
+        return labels, fields
+
+    async def _collection(
+        self, request: web.Request, resource: ResourceType, namespace: str | None
+    ) -> web.StreamResponse:
+        query = request.query
+        method = request.method
+        if method == "GET":
+            labels, fields = self._selectors(resource, query)
+            if query.get("watch") in _TRUE:
+                return await self._watch(request, resource, namespace, labels, fields)
+            try:
+                limit = int(query.get("limit") or 0)
+            except ValueError as error:
+                raise bad_request(f"invalid limit: {query.get('limit')}") from error
+            return _json_response(
+                self.cluster.list(
+                    resource, namespace, labels, fields, limit, query.get("continue", "")
+                )
+            )
+        if method == "POST":
+            if resource.namespaced and namespace is None:
+                raise method_not_allowed(method)
+            body = await self._body(request)
+            return _json_response(self.cluster.create(resource, namespace or "", body), 201)
+        if method == "DELETE":
+            labels, fields = self._selectors(resource, query)
+            options = await self._delete_options(request)
+            self.cluster.delete_collection(resource, namespace, labels, fields, options)
+            return _json_response(
+                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
+            )
+        raise method_not_allowed(method)
+
+    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+        body = await self._body(request)
+        options = dict(body) if isinstance(body, dict) else {}
+        query = request.query
+        if "propagationPolicy" in query:
+            options["propagationPolicy"] = query["propagationPolicy"]
+        if "gracePeriodSeconds" in query:
+            try:
+                options["gracePeriodSeconds"] = int(query["gracePeriodSeconds"])
+            except ValueError as error:
+                raise bad_request("gracePeriodSeconds must be an integer") from error
+        if options.get("orphanDependents") is not None and "propagationPolicy" not in options:
+            options["propagationPolicy"] = "Orphan" if options["orphanDependents"] else "Background"
+        return options
+
+    async def _item(
+        self,
+        request: web.Request,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        subresource: str,
+    ) -> web.StreamResponse:
+        method = request.method
+        cluster = self.cluster
+        if subresource == "binding":
+            if method != "POST":
+                raise method_not_allowed(method)
+            cluster.bind(namespace, name, await self._body(request))
+            return _json_response(_SUCCESS_BINDING, 201)
+        if method == "GET":
+            return _json_response(cluster.get(resource, namespace, name))
+        if method == "PUT":
+            body = await self._body(request)
+            return _json_response(cluster.update(resource, namespace, name, body, subresource))
+        if method == "PATCH":
+            body = await self._body(request)
+            return _json_response(
+                cluster.patch(resource, namespace, name, request.content_type, body, subresource)
+            )
+        if method == "DELETE" and not subresource:
+            options = await self._delete_options(request)
+            return _json_response(cluster.delete(resource, namespace, name, options))
+        raise method_not_allowed(method)
+
+    # ---- watch -----------------------------------------------------------------
+
+    async def _watch(
+        self,
+        request: web.Request,
+        resource: ResourceType,
+        namespace: str | None,
+        labels: Any,
+        fields: Any,
+    ) -> web.StreamResponse:
+        query = request.query
+        storage = self.cluster.storage
+        try:
+            since = int(query.get("resourceVersion") or 0)
+            timeout_s = float(query["timeoutSeconds"]) if "timeoutSeconds" in query else None
+        except ValueError as error:
+            raise bad_request(f"invalid watch parameter: {error}") from error
+        bookmarks = query.get("allowWatchBookmarks") in _TRUE
+        watcher = Watcher(
+            resource, namespace, labels, fields, self.settings.watcher_backlog, request.path_qs
+        )
+        bucket = storage.bucket(resource)
+        initial_events = query.get("sendInitialEvents") in _TRUE
+        expired = since and since < bucket.floor and not initial_events
+        if not expired:
+            if since and not initial_events:
+                for event in bucket.events_after(since):
+                    line = watcher.line_for(event)
+                    if line is not None:
+                        watcher.pending.append(line)
+            else:
+                for obj in self.cluster.list(resource, namespace, labels, fields)["items"]:
+                    watcher.pending.append(_dumps({"type": "ADDED", "object": obj}) + b"\n")
+            if initial_events and bookmarks:
+                end = _bookmark(resource, storage.rv)
+                end["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
+                watcher.pending.append(_dumps({"type": "BOOKMARK", "object": end}) + b"\n")
+            bucket.watchers.add(watcher)
+        response = web.StreamResponse(headers={"Content-Type": _JSON})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if expired:
+            status = ApiError(410, f"too old resource version: {since} ({bucket.floor})").status()
+            await response.write(_dumps({"type": "ERROR", "object": status}) + b"\n")
+            return response
+        try:
+            await self._stream(response, watcher, resource, timeout_s, bookmarks)
+        except ConnectionResetError:
+            return response
+        finally:
+            bucket.watchers.discard(watcher)
+        return response
+
+    async def _stream(
+        self,
+        response: web.StreamResponse,
+        watcher: Watcher,
+        resource: ResourceType,
+        timeout_s: float | None,
+        bookmarks: bool,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        storage = self.cluster.storage
+        deadline = loop.time() + timeout_s if timeout_s is not None else None
+        next_bookmark = loop.time() if bookmarks else None
+        while not watcher.closed:
+            if watcher.pending:
+                lines = b"".join(watcher.pending)
+                watcher.pending.clear()
+                await response.write(lines)
+                continue
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                return
+            if next_bookmark is not None and now >= next_bookmark:
+                # Every event up to storage.rv is either written or filtered out:
+                # resuming from this version loses nothing.
+                mark = _bookmark(resource, storage.rv)
+                await response.write(_dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
+                next_bookmark = loop.time() + self.settings.bookmark_interval_s
+                continue
+            watcher.ready.clear()
+            wakeups = [t for t in (deadline, next_bookmark) if t is not None]
+            wait_s = min(wakeups) - now if wakeups else None
+            try:
+                await asyncio.wait_for(watcher.ready.wait(), wait_s)
+            except TimeoutError:
+                continue

@@ -1,0 +1,192 @@
+"""Objects, the cluster-wide resourceVersion, watch history and live watchers.
+
+Everything here runs on the server's event loop and never awaits, so a
+read-check-write sequence in a handler is atomic: two writers racing on one
+resourceVersion are serialised and the second one sees the first one's write.
+Stored objects are never mutated in place: a write stores a new dict, so
+responses and queued watch events can share them without copying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .registry import Registry, ResourceType
+from .selectors import FieldTerm, Requirement, fields_match, labels_match
+
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+
+
+def _encode(event_type: str, obj: Mapping[str, Any]) -> bytes:
+    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
+
+
+class WatchEvent:
+    """One committed change; its wire line is encoded once and shared by every watcher."""
+
+    __slots__ = ("_line", "obj", "old", "rv", "type")
+
+    def __init__(
+        self, rv: int, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        self.rv = rv
+        self.type = event_type
+        self.obj = obj
+        self.old = old
+        self._line: bytes | None = None
+
+    @property
+    def line(self) -> bytes:
+        if self._line is None:
+            self._line = _encode(self.type, self.obj)
+        return self._line
+
+
+@dataclass(eq=False, slots=True)
+class Watcher:
+    """A watch stream's filter and its bounded backlog of encoded lines."""
+
+    resource: ResourceType
+    namespace: str | None
+    labels: tuple[Requirement, ...]
+    fields: tuple[FieldTerm, ...]
+    limit: int
+    path: str = ""
+    pending: deque[bytes] = field(default_factory=deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: bool = False
+
+    def matches(self, obj: Mapping[str, Any] | None) -> bool:
+        if obj is None:
+            return False
+        if self.namespace is not None and obj["metadata"].get("namespace") != self.namespace:
+            return False
+        return labels_match(self.labels, obj) and fields_match(self.fields, obj)
+
+    def line_for(self, event: WatchEvent) -> bytes | None:
+        """The line this watcher sees: an update moving in/out of its filter is ADDED/DELETED."""
+        now = self.matches(event.obj)
+        if event.type != MODIFIED:
+            return event.line if now else None
+        before = self.matches(event.old)
+        if now and before:
+            return event.line
+        if now:
+            return _encode(ADDED, event.obj)
+        if before:
+            return _encode(DELETED, event.obj)
+        return None
+
+    def offer(self, event: WatchEvent) -> bool:
+        """Queue the event; False when the backlog overflowed and the stream must close."""
+        line = self.line_for(event)
+        if line is None:
+            return True
+        if len(self.pending) >= self.limit:
+            self.close()
+            return False
+        self.pending.append(line)
+        self.ready.set()
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+        self.ready.set()
+
+
+class Bucket:
+    """All objects of one resource type, its bounded event history and its watchers."""
+
+    __slots__ = ("floor", "history", "objects", "resource", "watchers")
+
+    def __init__(self, resource: ResourceType, history_size: int) -> None:
+        self.resource = resource
+        self.objects: dict[ObjectKey, dict[str, Any]] = {}
+        self.history: deque[WatchEvent] = deque(maxlen=history_size)
+        # Events at or below `floor` have left the history: older watches get 410.
+        self.floor = 0
+        self.watchers: set[Watcher] = set()
+
+    def record(self, event: WatchEvent) -> None:
+        if len(self.history) == self.history.maxlen:
+            self.floor = self.history[0].rv
+        self.history.append(event)
+        for watcher in list(self.watchers):
+            if not watcher.offer(event):
+                self.watchers.discard(watcher)
+
+    def events_after(self, rv: int) -> Iterator[WatchEvent]:
+        start = len(self.history)
+        while start > 0 and self.history[start - 1].rv > rv:
+            start -= 1
+        for index in range(start, len(self.history)):
+            yield self.history[index]
+
+
+def owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
+    if obj is None:
+        return set()
+    return {ref["uid"] for ref in obj["metadata"].get("ownerReferences") or () if ref.get("uid")}
+
+
+class Storage:
+    """The whole cluster state; `commit` is the only way anything changes."""
+
+    def __init__(self, registry: Registry, history_size: int) -> None:
+        self.registry = registry
+        self.rv = 0
+        self.buckets = {r.key: Bucket(r, history_size) for r in registry.resources}
+        self.by_uid: dict[str, tuple[ResourceType, ObjectKey]] = {}
+        self.dependents: dict[str, set[str]] = {}
+        self.on_removed: Callable[[ResourceType, dict[str, Any]], None] | None = None
+
+    def bucket(self, resource: ResourceType) -> Bucket:
+        return self.buckets[resource.key]
+
+    def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.buckets[resource.key].objects.get((namespace, name))
+
+    def get_by_uid(self, uid: str) -> tuple[ResourceType, dict[str, Any]] | None:
+        found = self.by_uid.get(uid)
+        if found is None:
+            return None
+        resource, key = found
+        return resource, self.buckets[resource.key].objects[key]
+
+    def commit(
+        self,
+        resource: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        event_type: str,
+    ) -> dict[str, Any]:
+        """Stamp the next resourceVersion on `obj` (a dict the caller owns) and publish it."""
+        self.rv += 1
+        meta = obj["metadata"]
+        meta["resourceVersion"] = str(self.rv)
+        key = (meta.get("namespace", ""), meta["name"])
+        bucket = self.buckets[resource.key]
+        uid = meta["uid"]
+        if event_type == DELETED:
+            del bucket.objects[key]
+            del self.by_uid[uid]
+            owners_now: set[str] = set()
+        else:
+            bucket.objects[key] = obj
+            self.by_uid[uid] = (resource, key)
+            owners_now = owner_uids(obj)
+        owners_before = owner_uids(old)
+        for owner in owners_before - owners_now:
+            self.dependents.get(owner, set()).discard(uid)
+        for owner in owners_now - owners_before:
+            self.dependents.setdefault(owner, set()).add(uid)
+        bucket.record(WatchEvent(self.rv, event_type, obj, old))
+        if event_type == DELETED and self.on_removed is not None:
+            self.on_removed(resource, obj)
+        return obj

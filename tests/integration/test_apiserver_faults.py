@@ -1,0 +1,86 @@
+"""The fault-injection handle: injected failures, delays and request counts seen by the client."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client import ApiClient, ApiException
+
+from dra_driver.sim.apiserver import APIServer, run_in_thread
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[APIServer]:
+    with run_in_thread() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
+    path = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    with config.new_client_from_config(config_file=str(path)) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def ns(api: ApiClient, server: APIServer) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
+    yield name
+    server.faults.reset()
+
+
+def test_next_k_matching_requests_fail_with_a_status(
+    server: APIServer, api: ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "cm"}})
+    rule = server.faults.fail(
+        f"/namespaces/{ns}/configmaps/cm$", verb="PATCH", status=429, times=2, retry_after_s=3
+    )
+    for _ in range(2):
+        with pytest.raises(ApiException) as error:
+            core.patch_namespaced_config_map("cm", ns, {"data": {"a": "b"}})
+        status = json.loads(error.value.body)
+        assert (status["kind"], status["code"], status["reason"]) == (
+            "Status",
+            429,
+            "TooManyRequests",
+        )
+        assert status["details"]["retryAfterSeconds"] == 3
+        assert error.value.headers["Retry-After"] == "3"
+    assert core.read_namespaced_config_map("cm", ns).data is None
+    assert core.patch_namespaced_config_map("cm", ns, {"data": {"a": "b"}}).data == {"a": "b"}
+    assert rule.hits == 2
+
+
+def test_faults_match_only_their_verb_and_path(server: APIServer, api: ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api)
+    server.faults.fail(f"/namespaces/{ns}/pods", verb="POST", status=503)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "unaffected"}})
+    with pytest.raises(ApiException) as error:
+        core.create_namespaced_pod(
+            ns, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+        )
+    assert json.loads(error.value.body)["reason"] == "ServiceUnavailable"
+
+
+def test_delayed_requests_are_still_served(server: APIServer, api: ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api)
+    rule = server.faults.delay(f"/namespaces/{ns}/configmaps$", verb="POST", seconds=0.05)
+    created = core.create_namespaced_config_map(ns, {"metadata": {"name": "slow"}})
+    assert created.metadata.name == "slow"
+    assert rule.hits == 1
+
+
+def test_requests_are_counted_by_path_and_verb(server: APIServer, api: ApiClient, ns: str) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "counted"}})
+    for _ in range(3):
+        core.read_namespaced_config_map("counted", ns)
+    assert server.faults.count(f"/namespaces/{ns}/configmaps/counted$", verb="GET") == 3
+    assert server.faults.count(f"/namespaces/{ns}/configmaps", verb="POST") == 1
