@@ -108,25 +108,27 @@ async def main(args: argparse.Namespace) -> None:
             plugin = KubeletPlugin(
                 settings, client, MockBackend(settings.mock_gpus), CollectorRegistry()
             )
-            async with KubeletDRA(KubeletDRASettings(NODE, root / "registry"), None) as kubelet:
-                async with plugin:
-                    await kubelet.wait_registered(DRIVER)
-                    single = await make_claims(client, "single", args.claims)
-                    latencies = []
-                    for claim in single:
-                        began = time.perf_counter()
-                        response = await kubelet.prepare(DRIVER, [claim])
-                        latencies.append(time.perf_counter() - began)
-                        assert response.claims[claim.uid].error == ""
-                    await kubelet.unprepare(DRIVER, single)
-                    burst = await make_claims(client, "burst", args.concurrency)
+            kubelet = KubeletDRA(KubeletDRASettings(NODE, root / "registry"), None)
+            async with kubelet, plugin:
+                await kubelet.wait_registered(DRIVER)
+                single = await make_claims(client, "single", args.claims)
+                latencies = []
+                for claim in single:
                     began = time.perf_counter()
-                    responses = await asyncio.gather(
-                        *(kubelet.prepare(DRIVER, [claim]) for claim in burst)
-                    )
-                    elapsed = time.perf_counter() - began
-                    assert all(r.claims[c.uid].error == "" for r, c in zip(responses, burst))
-                    await kubelet.unprepare(DRIVER, burst)
+                    response = await kubelet.prepare(DRIVER, [claim])
+                    latencies.append(time.perf_counter() - began)
+                    assert response.claims[claim.uid].error == ""
+                await kubelet.unprepare(DRIVER, single)
+                burst = await make_claims(client, "burst", args.concurrency)
+                began = time.perf_counter()
+                responses = await asyncio.gather(
+                    *(kubelet.prepare(DRIVER, [claim]) for claim in burst)
+                )
+                elapsed = time.perf_counter() - began
+                assert all(
+                    r.claims[c.uid].error == "" for r, c in zip(responses, burst, strict=True)
+                )
+                await kubelet.unprepare(DRIVER, burst)
             await client.aclose()
     finally:
         shutil.rmtree(root, ignore_errors=True)
