@@ -149,6 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("MOCK_GPUS", "") or None,
         help="mock GPU file instead of NVML",
     )
+    plugin.add_argument(
+        "--config",
+        type=Path,
+        default=_env("PLUGIN_CONFIG", "") or None,
+        help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
+    )
     plugin.add_argument("--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10")))
     plugin.add_argument(
         "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))

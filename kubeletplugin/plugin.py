@@ -33,6 +33,7 @@ from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
 from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.node_config import load_node_config
 from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import ClaimPreparer, PreparerSettings
 from kubeletplugin.publisher import SlicePublisher
@@ -59,6 +60,8 @@ class PluginSettings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     mock_gpus: Path | None = None
     """A mock GPU file; None = NVML."""
+    config_file: Path | None = None
+    """Node config overrides (split count, scaling, hidden GPUs), watched."""
     libvgpu: LibvgpuPaths = field(default_factory=LibvgpuPaths)
     cache_dirs: CacheDirSettings = field(default_factory=CacheDirSettings)
     with_device_nodes: bool = True
@@ -93,6 +96,12 @@ def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[st
     return result
 
 
+def _nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def open_backend(settings: PluginSettings) -> GpuBackend:
     if settings.mock_gpus is not None:
         return MockBackend(settings.mock_gpus)
@@ -114,6 +123,7 @@ class KubeletPlugin:
         self.backend = backend
         self.metrics = PluginMetrics(registry)
         self.gpus: Sequence[GpuInfo] = ()
+        self.slice_settings = settings.slices
         self._capacities: Mapping[str, DeviceCapacity] = {}
         self.publisher = SlicePublisher(client, settings.node_name, settings.slices)
         self.health_watch = HealthWatch(settings.node_name, lambda: self.gpus)
@@ -145,15 +155,22 @@ class KubeletPlugin:
         self._sockets_changed = asyncio.Condition()
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _start(self) -> None:
         await self.refresh_devices()
         await self.preparer.start()
         await self.publisher.start()
-        await self.publisher.publish(self.gpus)
+        await self.publisher.publish(self.gpus, self.slice_settings)
         await self._serve_sockets()
         self._tasks.append(asyncio.create_task(self._guard_sockets(), name="socket guard"))
         self._tasks.append(asyncio.create_task(self._republish(), name="republish"))
-        if self.settings.mock_gpus is not None:
-            self._tasks.append(asyncio.create_task(self._watch_config(), name="config watch"))
+        if self._watched_files():
+            self._tasks.append(asyncio.create_task(self._watch_files(), name="file watch"))
         if isinstance(self.backend, NvmlBackend):
             self._tasks.append(asyncio.create_task(self._watch_xids(), name="xid watch"))
 
@@ -183,12 +200,15 @@ class KubeletPlugin:
         await self.aclose()
 
     async def refresh_devices(self) -> None:
-        """Discover again; republish and tell kubelet's health stream on change."""
-        gpus = tuple(await asyncio.to_thread(self.backend.discover))
-        if gpus == tuple(self.gpus):
+        """Discover again and re-read the node config; tell kubelet's health
+        stream when the devices changed."""
+        config = await asyncio.to_thread(load_node_config, self.settings.config_file)
+        gpus = config.published(await asyncio.to_thread(self.backend.discover))
+        settings = config.slice_settings(self.settings.slices)
+        if gpus == tuple(self.gpus) and settings == self.slice_settings:
             return
-        self.gpus = gpus
-        self._capacities = device_capacities(gpus, self.settings.slices)
+        self.gpus, self.slice_settings = gpus, settings
+        self._capacities = device_capacities(gpus, settings)
         await self.health_watch.notify()
 
     async def wait_for_sockets(self, generation: int) -> None:
@@ -258,15 +278,27 @@ class KubeletPlugin:
             self._devices_changed.clear()
             try:
                 await self.refresh_devices()
-                await self.publisher.publish(self.gpus)
+                await self.publisher.publish(self.gpus, self.slice_settings)
             except DriverError as error:
                 log.error("devices not republished", extra={"error": str(error)})
 
-    async def _watch_config(self) -> None:
-        path = self.settings.mock_gpus
-        assert path is not None
-        async for _ in awatch(path.parent, debounce=50, step=10, recursive=False):
-            self._devices_changed.set()
+    def _watched_files(self) -> list[Path]:
+        return [p for p in (self.settings.mock_gpus, self.settings.config_file) if p is not None]
+
+    async def _watch_files(self) -> None:
+        """The mock GPU file and the node config: any change republishes. A
+        directory that does not exist yet is watched through its nearest
+        existing ancestor (a ConfigMap volume may appear later)."""
+
+        def directories() -> list[str]:
+            return sorted({str(_nearest_existing(p.parent)) for p in self._watched_files()})
+
+        while True:
+            watched = directories()
+            async for _ in awatch(*watched, debounce=50, step=10, recursive=False):
+                self._devices_changed.set()
+                if directories() != watched:
+                    break
 
     async def _watch_xids(self) -> None:
         """NVML XID events (in a worker thread) mark GPUs unhealthy."""

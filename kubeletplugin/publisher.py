@@ -239,10 +239,16 @@ class SlicePublisher:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def publish(self, gpus: Sequence[GpuInfo]) -> None:
-        """Make the pool describe `gpus`; no request at all when the watch says
-        the server already holds exactly that."""
+    async def publish(self, gpus: Sequence[GpuInfo], settings: SliceSettings | None = None) -> None:
+        """Make the pool describe `gpus` (under new `settings` when given, e.g.
+        after a config change); no request at all when the watch says the
+        server already holds exactly that."""
         wanted = tuple(gpus)
+        if settings is not None and settings != self.settings:
+            if settings.driver != self.settings.driver:
+                raise ValueError("the driver name of a running publisher cannot change")
+            self.settings = settings
+            self._in_sync = False
         if self._in_sync and self._watching() and wanted == self._gpus:
             return
         self._gpus = wanted

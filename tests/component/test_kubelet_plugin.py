@@ -118,6 +118,7 @@ async def node() -> AsyncIterator[Node]:
             cdi_dir=root / "cdi",
             boot_id_file=root / "boot_id",
             mock_gpus=root / "gpus.yaml",
+            config_file=root / "config" / "node.yaml",
             libvgpu=LibvgpuPaths(host_dir=str(root / "vgpu"), cache_root=str(root / "vgpu")),
             cache_dirs=CacheDirSettings(
                 self_mountinfo=str(mountinfo), mountinfo_glob=str(root / "none-*")
@@ -377,3 +378,32 @@ async def test_api_errors_and_odd_names_are_per_claim_errors(node: Node):
         assert "claim.namespace" in response.claims[namespace.uid].error
         retried = await node.kubelet.prepare(DRIVER, [claim])
         assert retried.claims[claim.uid].error == ""
+
+
+async def published_devices(node: Node) -> dict[str, dict]:
+    slices = await node.client.list(
+        "/apis/resource.k8s.io/v1/resourceslices", field_selector=f"spec.nodeName={NODE}"
+    )
+    return {d["name"]: d for s in slices["items"] for d in s["spec"]["devices"]}
+
+
+async def test_node_config_file_changes_republish(node: Node):
+    config = node.settings.config_file
+    config.parent.mkdir()
+    config.write_text("splitCount: 4\n")
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        devices = await published_devices(node)
+        assert {name: d["capacity"]["shares"]["value"] for name, d in devices.items()} == {
+            "gpu-0": "4",
+            "gpu-1": "4",
+        }
+        generation = plugin.publisher.generation
+        config.write_text("splitCount: 2\nmemoryScaling: 2\nfilterDevices: {indices: [1]}\n")
+        await plugin.publisher.wait_for(lambda: plugin.publisher.generation > generation)
+        devices = await published_devices(node)
+        assert list(devices) == ["gpu-0"]
+        assert devices["gpu-0"]["capacity"]["shares"]["value"] == "2"
+        assert devices["gpu-0"]["capacity"]["memory"]["value"] == str(32 * GIB)
+        claim = await node.claim("scaled", [result("gpu-0", "20Gi")])
+        assert (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""

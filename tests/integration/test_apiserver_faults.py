@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServer, run_in_thread
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[APIServer]:
-    with run_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    path = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    with config.new_client_from_config(config_file=str(path)) as api_client:
-        yield api_client
+from dra_driver.sim.apiserver import APIServer
 
 
 @pytest.fixture
-def ns(api: ApiClient, server: APIServer) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    yield name
+def ns(ns: str, server: APIServer) -> Iterator[str]:
+    """The shared namespace, and a clean fault table after: one test's rules never hit the next."""
+    yield ns
     server.faults.reset()
 
 

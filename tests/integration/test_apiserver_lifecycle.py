@@ -3,43 +3,20 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client, config, watch
+from kubernetes import client, watch
 from kubernetes.client import ApiClient, ApiException
-
-from dra_driver.sim.apiserver import APIServer, run_in_thread
 
 SAFETY_TIMEOUT_S = 30
 FINALIZER = "gpushare.example.com/claim"
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[APIServer]:
-    with run_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    path = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    with config.new_client_from_config(config_file=str(path)) as api_client:
-        yield api_client
-
-
 @pytest.fixture
 def core(api: ApiClient) -> client.CoreV1Api:
     return client.CoreV1Api(api)
-
-
-@pytest.fixture
-def ns(core: client.CoreV1Api) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    return name
 
 
 def _events_until(

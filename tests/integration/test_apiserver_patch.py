@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServer, run_in_thread
+from dra_driver.sim.apiserver import APIServer
 
 MERGE = "application/merge-patch+json"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[APIServer]:
-    with run_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    path = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    with config.new_client_from_config(config_file=str(path)) as api_client:
-        yield api_client
-
-
-@pytest.fixture
-def ns(api: ApiClient) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
 
 
 def _pod(name: str) -> dict[str, object]:

@@ -4,41 +4,18 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServer, run_in_thread
-
 DRIVER = "gpushare.example.com"
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[APIServer]:
-    with run_in_thread() as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    path = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    with config.new_client_from_config(config_file=str(path)) as api_client:
-        yield api_client
 
 
 @pytest.fixture
 def resource(api: ApiClient) -> client.ResourceV1Api:
     return client.ResourceV1Api(api)
-
-
-@pytest.fixture
-def ns(api: ApiClient) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
 
 
 def _slice(node: str, devices: int = 1, **spec: Any) -> client.V1ResourceSlice:

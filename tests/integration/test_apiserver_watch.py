@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,28 +15,9 @@ from dra_driver.sim.apiserver import APIServer, APIServerSettings, run_in_thread
 SAFETY_TIMEOUT_S = 30
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[APIServer]:
-    with run_in_thread() as running:
-        yield running
-
-
 def _client(server: APIServer, directory: Path) -> ApiClient:
     path = server.write_kubeconfig(directory / "config")
     return config.new_client_from_config(config_file=str(path))
-
-
-@pytest.fixture(scope="module")
-def api(server: APIServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    with _client(server, tmp_path_factory.mktemp("kube")) as api_client:
-        yield api_client
-
-
-@pytest.fixture
-def ns(api: ApiClient) -> str:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": name}})
-    return name
 
 
 def _take(stream: Iterator[dict], count: int, w: watch.Watch) -> list[tuple[str, str]]:

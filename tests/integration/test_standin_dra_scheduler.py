@@ -1,0 +1,275 @@
+"""DRAScheduler against the API emulator: the behaviours verified on a real kube-scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.dra_scheduler import (
+    DRAScheduler,
+    fit_failure,
+    node_matches_selector,
+    untolerated_taint,
+)
+
+DRIVER = "gpu.example.com"
+NAMESPACE = "default"
+SHARE_ID = "7f0c3a2e-4b1d-4c8e-9a55-1e2f3a4b5c6d"
+
+
+@pytest.fixture
+async def api(tmp_path: Path) -> AsyncIterator[client.ApiClient]:
+    async with APIServer() as server:
+        api_client = config.new_client_from_config(
+            config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        )
+        yield api_client
+        api_client.close()
+
+
+async def call(method: Any, *args: Any, **kwargs: Any) -> Any:
+    response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+    return json.loads(response.data)
+
+
+def node(name: str, cpu: str = "8", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "spec": spec,
+        "status": {"allocatable": {"cpu": cpu, "memory": "32Gi", "pods": "110"}},
+    }
+
+
+def pod(name: str, cpu: str = "1", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": cpu}, "claims": [{"name": "gpu"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": f"{name}-claim"}],
+            **spec,
+        },
+    }
+
+
+def allocation(node_name: str, timestamp: bool = True) -> dict[str, Any]:
+    result = {
+        "devices": {
+            "results": [
+                {
+                    "request": "gpu",
+                    "driver": DRIVER,
+                    "pool": node_name,
+                    "device": "gpu-0",
+                    "shareID": SHARE_ID,
+                    "consumedCapacity": {"memory": "10Gi"},
+                }
+            ]
+        },
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+            ]
+        },
+    }
+    if timestamp:
+        result["allocationTimestamp"] = "2026-11-29T20:00:00Z"
+    return result
+
+
+def without_timestamp(allocated: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in allocated.items() if k != "allocationTimestamp"}
+
+
+async def create_claim(
+    api: client.ApiClient, name: str, allocated: dict[str, Any] | None
+) -> dict[str, Any]:
+    resources = client.ResourceV1Api(api)
+    body = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}
+        },
+    }
+    claim = await call(resources.create_namespaced_resource_claim, NAMESPACE, body)
+    if allocated is not None:
+        claim["status"] = {"allocation": allocated}
+        claim = await call(
+            resources.replace_namespaced_resource_claim_status, name, NAMESPACE, claim
+        )
+    return claim
+
+
+async def setup(
+    api: client.ApiClient, pod_body: dict[str, Any], allocated: dict[str, Any] | None
+) -> None:
+    core = client.CoreV1Api(api)
+    for body in (node("node-a"), node("node-b")):
+        await call(core.create_node, body)
+    await create_claim(api, f"{pod_body['metadata']['name']}-claim", allocated)
+    await call(core.create_namespaced_pod, NAMESPACE, pod_body)
+
+
+async def read_pod_and_claim(api: client.ApiClient, name: str) -> tuple[Any, Any]:
+    stored_pod = await call(client.CoreV1Api(api).read_namespaced_pod, name, NAMESPACE)
+    claim = await call(
+        client.ResourceV1Api(api).read_namespaced_resource_claim, f"{name}-claim", NAMESPACE
+    )
+    return stored_pod, claim
+
+
+async def test_a_preallocated_claim_sends_the_pod_to_its_node_and_reserves_it(
+    api: client.ApiClient,
+) -> None:
+    await setup(api, pod("infer"), allocation("node-b"))
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "infer")
+    stored_pod, claim = await read_pod_and_claim(api, "infer")
+
+    assert outcome.node == "node-b"
+    assert stored_pod["spec"]["nodeName"] == "node-b"
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["infer"]
+    assert claim["status"]["reservedFor"][0]["uid"] == stored_pod["metadata"]["uid"]
+    assert without_timestamp(claim["status"]["allocation"]) == (
+        without_timestamp(allocation("node-b"))
+    )
+    assert claim["status"]["allocation"]["allocationTimestamp"].startswith("2026-11-29T20:00:00")
+
+
+async def test_an_allocation_without_timestamp_never_binds(api: client.ApiClient) -> None:
+    await setup(api, pod("late"), allocation("node-a", timestamp=False))
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "late")
+    stored_pod, claim = await read_pod_and_claim(api, "late")
+
+    assert outcome.node is None and outcome.reason == "SchedulerError"
+    assert "field is immutable" in outcome.message
+    assert "nodeName" not in stored_pod["spec"]
+    assert "reservedFor" not in claim["status"]
+    assert "allocationTimestamp" not in claim["status"]["allocation"]
+
+
+async def test_a_pod_that_does_not_fit_keeps_its_claim_allocated(api: client.ApiClient) -> None:
+    await setup(api, pod("big", cpu="16"), allocation("node-a"))
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "big")
+    stored_pod, claim = await read_pod_and_claim(api, "big")
+
+    assert outcome.reason == "Unschedulable"
+    assert outcome.message == (
+        "0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the "
+        "node. no new claims to deallocate, preemption: 0/2 nodes are available: "
+        "1 No preemption victims found for incoming pod, 1 Preemption is not helpful for "
+        "scheduling."
+    )
+    condition = stored_pod["status"]["conditions"][-1]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "PodScheduled",
+        "False",
+        "Unschedulable",
+    )
+    assert without_timestamp(claim["status"]["allocation"]) == (
+        without_timestamp(allocation("node-a"))
+    )
+    assert "reservedFor" not in claim["status"]
+    assert "nodeName" not in stored_pod["spec"]
+
+
+async def test_an_unallocated_claim_is_never_allocated_here(api: client.ApiClient) -> None:
+    await setup(api, pod("fresh"), None)
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "fresh")
+    stored_pod, claim = await read_pod_and_claim(api, "fresh")
+
+    assert outcome.reason == "Unschedulable"
+    assert "2 cannot allocate all claims" in outcome.message
+    assert "allocation" not in (claim.get("status") or {})
+    assert "nodeName" not in stored_pod["spec"]
+
+
+def test_node_selector_terms() -> None:
+    labelled = node("node-a")
+    by_field = allocation("node-a")["nodeSelector"]
+    not_this_host = {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-a"]}
+    has_gpu_label = {"key": "gpu", "operator": "Exists"}
+    by_label = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [not_this_host]},
+            {"matchExpressions": [has_gpu_label]},
+        ]
+    }
+
+    assert node_matches_selector(labelled, by_field)
+    assert not node_matches_selector(node("node-b"), by_field)
+    assert not node_matches_selector(labelled, by_label)
+    assert node_matches_selector(labelled, None)
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "tolerated"),
+    [
+        ([], False),
+        ([{"key": "gpu", "operator": "Exists"}], True),
+        ([{"key": "gpu", "operator": "Equal", "value": "broken", "effect": "NoSchedule"}], True),
+        ([{"key": "gpu", "operator": "Equal", "value": "fine"}], False),
+        ([{"operator": "Exists"}], True),
+        ([{"key": "gpu", "operator": "Exists", "effect": "NoExecute"}], False),
+    ],
+)
+def test_taint_toleration(tolerations: list[dict[str, Any]], tolerated: bool) -> None:
+    tainted = node("node-a", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])
+    candidate = pod("p", tolerations=tolerations)
+
+    assert (untolerated_taint(tainted, candidate) is None) is tolerated
+
+
+@pytest.mark.parametrize(
+    ("target", "candidate", "others", "expected"),
+    [
+        (node("n", unschedulable=True), pod("p"), [], ("node(s) were unschedulable", False)),
+        (
+            node("n", taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}]),
+            pod("p"),
+            [],
+            ("node(s) had untolerated taint {gpu: x}", False),
+        ),
+        (
+            node("n"),
+            pod("p", nodeSelector={"zone": "a"}),
+            [],
+            ("node(s) didn't match Pod's node affinity/selector", False),
+        ),
+        (
+            node("n", cpu="2"),
+            pod("p", cpu="1500m"),
+            [pod("q", cpu="1")],
+            ("Insufficient cpu", True),
+        ),
+        (node("n", cpu="2"), pod("p", cpu="1"), [pod("q", cpu="1")], None),
+    ],
+)
+def test_fit_predicates(
+    target: dict[str, Any],
+    candidate: dict[str, Any],
+    others: list[dict[str, Any]],
+    expected: tuple[str, bool] | None,
+) -> None:
+    assert fit_failure(candidate, target, others) == expected
