@@ -94,7 +94,9 @@ class KubeClient:
         """Seconds a plain request may take; watches are bounded by `timeoutSeconds`."""
 
     @classmethod
-    async def from_kubeconfig(cls, path: Path | None = None) -> KubeClient:
+    async def from_kubeconfig(
+        cls, path: Path | None = None, request_timeout: float = 30.0
+    ) -> KubeClient:
         """From a kubeconfig file, or the in-cluster service account when None."""
         configuration = aio_client.Configuration()
         if path is None:
@@ -103,7 +105,7 @@ class KubeClient:
             await aio_config.load_kube_config(
                 config_file=str(path), client_configuration=configuration
             )
-        return cls(aio_client.ApiClient(configuration))
+        return cls(aio_client.ApiClient(configuration), request_timeout)
 
     async def aclose(self) -> None:
         await self.api_client.close()

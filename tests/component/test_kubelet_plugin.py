@@ -407,3 +407,20 @@ async def test_node_config_file_changes_republish(node: Node):
         assert devices["gpu-0"]["capacity"]["memory"]["value"] == str(32 * GIB)
         claim = await node.claim("scaled", [result("gpu-0", "20Gi")])
         assert (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""
+
+
+async def test_api_timeout_is_a_per_claim_error(node: Node):
+    impatient = await KubeClient.from_kubeconfig(node.root / "kubeconfig", request_timeout=0.2)
+    plugin = KubeletPlugin(
+        node.settings, impatient, MockBackend(node.settings.mock_gpus), CollectorRegistry()
+    )
+    try:
+        async with plugin:
+            await node.kubelet.wait_registered(DRIVER)
+            claim = await node.claim("slow", [result("gpu-0", "1Gi")])
+            node.server.faults.delay("/resourceclaims/slow", verb="GET", seconds=2)
+            response = await node.kubelet.prepare(DRIVER, [claim])
+            assert "cannot read claim default/slow" in response.claims[claim.uid].error
+            assert list(node.cdi_dir.glob("*")) == []
+    finally:
+        await impatient.aclose()
