@@ -74,6 +74,17 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+def _add_process_args(parser: argparse.ArgumentParser) -> None:
+    """What every long-running component takes: how to reach the API, how loud to log."""
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster service account)",
+    )
+    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dra-driver",
@@ -110,13 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
     )
     monitor.add_argument("--node-name", default=_env("NODE_NAME", ""))
-    monitor.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: in-cluster service account)",
-    )
-    monitor.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    _add_process_args(monitor)
     monitor.set_defaults(handler=_monitor)
 
     plugin = commands.add_parser(
@@ -178,7 +183,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=_env("NVIDIA_CDI_PREFIX", "") or None,
         help="e.g. nvidia.com/gpu: return the NVIDIA CDI device, omit device nodes",
     )
-    plugin.add_argument("--kubeconfig", type=Path, default=os.environ.get("KUBECONFIG"))
     plugin.add_argument("--metrics-host", default=_env("METRICS_HOST", "0.0.0.0"))
     plugin.add_argument(
         "--metrics-port",
@@ -186,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=int(_env("METRICS_PORT", "9396")),
         help="Prometheus /metrics port; 0 disables it",
     )
-    plugin.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
+    _add_process_args(plugin)
     plugin.set_defaults(handler=_kubelet_plugin)
 
     install = commands.add_parser(

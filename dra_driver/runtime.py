@@ -7,12 +7,25 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable
 
+_STANDARD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class KeyValueFormatter(logging.Formatter):
+    """`time level logger message key=value ...`: the `extra` context (claim,
+    node, error) is printed, not dropped, and stays grep-able."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        context = {k: v for k, v in vars(record).items() if k not in _STANDARD_FIELDS}
+        if context:
+            line += " " + " ".join(f"{key}={value!r}" for key, value in sorted(context.items()))
+        return line
+
 
 def configure_logging(level: str = "INFO") -> None:
-    """Structured-enough logs: level, logger, message, then the `extra` context."""
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(KeyValueFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    logging.basicConfig(level=level.upper(), handlers=[handler])
 
 
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
