@@ -143,15 +143,3 @@ def test_committed_inventory_schema_is_current():
     from dra_driver.inventory_file import inventory_schema
 
     assert committed == inventory_schema()
-
-
-def test_log_lines_keep_their_context():
-    import logging
-
-    from dra_driver.runtime import KeyValueFormatter
-
-    record = logging.makeLogRecord(
-        {"msg": "prepare failed", "levelname": "WARNING", "name": "plugin", "claim": "ns/c (u1)"}
-    )
-    line = KeyValueFormatter("%(levelname)s %(name)s %(message)s").format(record)
-    assert line == "WARNING plugin prepare failed claim='ns/c (u1)'"
