@@ -313,7 +313,11 @@ def split_edits(
 ) -> tuple[ContainerEdits, dict[str, ContainerEdits]]:
     """libvgpu's edits for the whole claim, split into what every container of
     the claim shares and each GPU's own per-ordinal limits (so a CDI device
-    carries only env keys no other device of the claim sets)."""
+    carries only env keys no other device of the claim sets).
+
+    The shared part lists every GPU of the claim: a container that uses only
+    one request of a multi-request claim still sees all of the claim's GPUs.
+    """
     merged: dict[str, DeviceShare] = {}
     for grant in plan.grants:
         previous = merged.get(grant.gpu.uuid)
