@@ -7,25 +7,42 @@ that same write, stamps an `allocationTimestamp` the allocator left out (the API
 refuses that as "field is immutable", so such a pod never binds); then `pods/binding`.
 When the pod does not fit that node for another reason (taints, node selector,
 unschedulable node, cpu/memory/pods), the claim stays allocated and unreserved and the
-pod gets PodScheduled=False. It never allocates claims itself, so it never hands out a
-device at all, tainted or not: an unallocated claim leaves the pod pending.
+pod gets PodScheduled=False.
+
+By default it never allocates claims itself (the controller-allocated mode: an
+unallocated claim leaves the pod pending). With `SchedulerSettings(allocate=True)` it
+also runs the structured-parameters allocator for the subset this driver publishes, so
+the scheduler-allocated mode can be simulated: devices of complete, newest-generation
+pools on the node, matched by DeviceClass and request selectors (a CEL subset), never
+one with a NoSchedule/NoExecute taint the request does not tolerate, and consumable
+capacity rounded up by each capacity's requestPolicy and summed over every allocated
+claim. The allocation, the reservation and the `resource.kubernetes.io/delete-protection`
+finalizer are written in PreBind, as kube-scheduler does for claims it allocates.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import ROUND_CEILING, Context, Decimal
 from typing import Any
 
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from api.quantity import QuantityError, format_quantity, parse_quantity
+from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
+
+log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "default-scheduler"
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
@@ -33,6 +50,27 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 NODE_UNSCHEDULABLE = "node(s) were unschedulable"
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 TOO_MANY_PODS = "Too many pods"
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerSettings:
+    """How the stand-in behaves.
+
+    `allocate`: allocate unallocated claims itself (scheduler-allocated mode); off by
+    default, because in the controller-allocated mode the controller is the only allocator.
+    `poll_interval`: seconds between two listings of pending pods in `run`.
+    `initial_backoff` / `max_backoff`: seconds a pod that did not fit waits before its next
+    attempt, doubled per failure; kube-scheduler's podInitialBackoffSeconds (1) and
+    podMaxBackoffSeconds (10).
+    """
+
+    scheduler_name: str = SCHEDULER_NAME
+    allocate: bool = False
+    poll_interval: float = 0.1
+    initial_backoff: float = 1.0
+    max_backoff: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -156,17 +194,576 @@ def fit_failure(
     return None
 
 
+def claim_failure(
+    node: dict[str, Any], claims: Sequence[Mapping[str, Any]]
+) -> tuple[str, bool] | None:
+    """An allocated claim the node cannot reach (Filter's first check, before allocating)."""
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation is not None and not node_matches_selector(
+            node, allocation.get("nodeSelector")
+        ):
+            return CLAIM_NOT_ON_NODE, False
+    return None
+
+
+# ---- structured-parameters allocation (pure) ----------------------------------------
+
+DeviceKey = tuple[str, str, str]
+DeviceMatcher = Callable[[str, Mapping[str, Any]], bool]
+_EXACT = Context(prec=200)
+_SUPPORTED_CEL = (
+    "supported: `&&` conjunctions of device.driver == '<name>', "
+    "device.allowMultipleAllocations == true|false and "
+    'device.attributes["<domain>"].<name> ==|!= <string|int|bool>'
+)
+_STRING = r"""(?:'(?P<{0}1>[^']*)'|"(?P<{0}2>[^"]*)")"""
+_DRIVER_CLAUSE = re.compile(r"device\.driver\s*(?P<op>==|!=)\s*" + _STRING.format("v"))
+_MULTI_CLAUSE = re.compile(
+    r"device\.allowMultipleAllocations(?:\s*(?P<op>==|!=)\s*(?P<v>true|false))?"
+)
+_ATTRIBUTE_CLAUSE = re.compile(
+    r"device\.attributes\[\s*" + _STRING.format("d") + r"\s*\]"
+    r"(?:\.(?P<n>[A-Za-z_][A-Za-z0-9_]*)|\[\s*" + _STRING.format("m") + r"\s*\])"
+    r"\s*(?P<op>==|!=)\s*(?P<v>.+)"
+)
+_INT = re.compile(r"-?[0-9]+")
+_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
+
+
+def _quoted(match: re.Match[str], group: str) -> str | None:
+    first, second = match.group(f"{group}1"), match.group(f"{group}2")
+    return first if first is not None else second
+
+
+def _literal(text: str) -> str | int | bool:
+    text = text.strip()
+    if quoted := _QUOTED.fullmatch(text):
+        return quoted.group(1) if quoted.group(1) is not None else quoted.group(2)
+    if text in ("true", "false"):
+        return text == "true"
+    if _INT.fullmatch(text):
+        return int(text)
+    raise ValueError(text)
+
+
+def unqualified(name: str, driver: str) -> str:
+    """An attribute or capacity name without the driver's own domain, which is implied."""
+    prefix = f"{driver}/"
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+def _attribute_equals(
+    device: Mapping[str, Any], driver: str, domain: str, name: str, wanted: str | int | bool
+) -> bool | None:
+    """Whether the attribute equals `wanted`; None where CEL would fail (absent, other type)."""
+    attributes = {unqualified(k, driver): v for k, v in (device.get("attributes") or {}).items()}
+    key = name if domain == driver else f"{domain}/{name}"
+    value = attributes.get(key)
+    if not isinstance(value, Mapping):
+        return None
+    kind = "bool" if isinstance(wanted, bool) else "int" if isinstance(wanted, int) else "string"
+    if kind not in value:
+        return None
+    return bool(value[kind] == wanted)
+
+
+def _clause_matcher(clause: str) -> DeviceMatcher | None:
+    if clause == "true":
+        return lambda driver, device: True
+    if match := _DRIVER_CLAUSE.fullmatch(clause):
+        name, equal = _quoted(match, "v"), match.group("op") == "=="
+        return lambda driver, device: (driver == name) == equal
+    if match := _MULTI_CLAUSE.fullmatch(clause):
+        wanted = (match.group("v") or "true") == "true"
+        if match.group("op") == "!=":
+            wanted = not wanted
+        return lambda driver, device: bool(device.get("allowMultipleAllocations")) == wanted
+    if match := _ATTRIBUTE_CLAUSE.fullmatch(clause):
+        domain = _quoted(match, "d") or ""
+        name = match.group("n") or _quoted(match, "m") or ""
+        try:
+            wanted = _literal(match.group("v"))
+        except ValueError:
+            return None
+        equal = match.group("op") == "=="
+
+        def attribute(driver: str, device: Mapping[str, Any]) -> bool:
+            same = _attribute_equals(device, driver, domain, name, wanted)
+            return same is not None and same == equal
+
+        return attribute
+    return None
+
+
+def compile_selector(expression: str, field_path: str) -> DeviceMatcher:
+    """A device predicate for the CEL subset the project's classes and claims use.
+
+    Anything else raises InvalidParameterError naming the field: the stand-in must not
+    guess what an expression it cannot evaluate would select.
+    """
+    text = expression.strip()
+    if "||" in text:
+        raise InvalidParameterError(
+            field_path, f"unsupported CEL {expression!r} ({_SUPPORTED_CEL})"
+        )
+    matchers = []
+    for raw in text.split("&&"):
+        clause = raw.strip()
+        while clause.startswith("(") and clause.endswith(")"):
+            clause = clause[1:-1].strip()
+        matcher = _clause_matcher(clause)
+        if matcher is None:
+            raise InvalidParameterError(
+                field_path, f"unsupported CEL {expression!r} ({_SUPPORTED_CEL})"
+            )
+        matchers.append(matcher)
+    return lambda driver, device: all(m(driver, device) for m in matchers)
+
+
+def selectors_matcher(selectors: Sequence[Mapping[str, Any]], field_path: str) -> DeviceMatcher:
+    compiled = [
+        compile_selector(((s.get("cel") or {}).get("expression") or ""), f"{field_path}[{i}]")
+        for i, s in enumerate(selectors)
+    ]
+    return lambda driver, device: all(m(driver, device) for m in compiled)
+
+
+def untolerated_device_taint(
+    device: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The first NoSchedule/NoExecute taint of the device no toleration of the request covers."""
+    for taint in device.get("taints") or []:
+        if taint.get("effect") not in SCHEDULING_EFFECTS:
+            continue
+        if not any(_tolerates(dict(t), taint) for t in tolerations):
+            return dict(taint)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDevice:
+    """One device of a usable pool, as the slice publishes it."""
+
+    driver: str
+    pool: str
+    spec: Mapping[str, Any]
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, str(self.spec["name"]))
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.spec.get("allowMultipleAllocations"))
+
+
+def _slice_on_node(spec: Mapping[str, Any], node: dict[str, Any]) -> bool:
+    if spec.get("nodeName"):
+        return bool(spec["nodeName"] == node["metadata"]["name"])
+    if spec.get("allNodes"):
+        return True
+    selector = spec.get("nodeSelector")
+    return selector is not None and node_matches_selector(node, dict(selector))
+
+
+def node_pool_devices(
+    slices: Sequence[Mapping[str, Any]], node: dict[str, Any]
+) -> list[PoolDevice]:
+    """The devices the node can use: per pool, only the newest generation, only if complete."""
+    pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if _slice_on_node(spec, node):
+            pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
+    devices: list[PoolDevice] = []
+    for (driver, pool), specs in pools.items():
+        newest = max(int(s["pool"]["generation"]) for s in specs)
+        current = [s for s in specs if int(s["pool"]["generation"]) == newest]
+        if len(current) != int(current[0]["pool"]["resourceSliceCount"]):
+            continue
+        for spec in current:
+            devices.extend(PoolDevice(driver, pool, d) for d in spec.get("devices") or [])
+    return devices
+
+
+@dataclass
+class DeviceUsage:
+    """What the allocated claims hold: whole devices (results without shareID) and, per
+    shared device, the consumed capacity summed over its shares (unqualified names)."""
+
+    dedicated: set[DeviceKey] = field(default_factory=set)
+    consumed: dict[DeviceKey, dict[str, Decimal]] = field(default_factory=dict)
+
+
+def device_usage(claims: Sequence[Mapping[str, Any]]) -> DeviceUsage:
+    usage = DeviceUsage()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            key = (result["driver"], result["pool"], result["device"])
+            if not result.get("shareID"):
+                usage.dedicated.add(key)
+                continue
+            totals = usage.consumed.setdefault(key, {})
+            for name, quantity in (result.get("consumedCapacity") or {}).items():
+                try:
+                    amount = parse_quantity(str(quantity))
+                except QuantityError:
+                    log.warning("unreadable consumedCapacity", extra={"device": key, "name": name})
+                    continue
+                short = unqualified(name, result["driver"])
+                totals[short] = totals.get(short, Decimal(0)) + amount
+    return usage
+
+
+def round_up_request(amount: Decimal, policy: Mapping[str, Any] | None) -> Decimal | None:
+    """The amount a share takes for a request of `amount`, or None if the policy forbids it."""
+    if not policy:
+        return amount
+    if policy.get("validValues"):
+        allowed = sorted(parse_quantity(str(v)) for v in policy["validValues"])
+        return next((value for value in allowed if value >= amount), None)
+    bounds = policy.get("validRange")
+    if not bounds:
+        return amount
+    minimum = parse_quantity(str(bounds.get("min", "0")))
+    if amount <= minimum:
+        amount = minimum
+    elif bounds.get("step") is not None:
+        step = parse_quantity(str(bounds["step"]))
+        steps = _EXACT.divide(amount - minimum, step).to_integral_value(rounding=ROUND_CEILING)
+        amount = _EXACT.add(minimum, _EXACT.multiply(steps, step))
+    if bounds.get("max") is not None and amount > parse_quantity(str(bounds["max"])):
+        return None
+    return amount
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One `exactly` request of an unallocated claim, with its selectors compiled."""
+
+    claim: int
+    name: str
+    device_class: str
+    matches: DeviceMatcher
+    count: int | None
+    tolerations: tuple[Mapping[str, Any], ...]
+    capacity: Mapping[str, Decimal]
+
+
+def build_requests(
+    claims: Sequence[Mapping[str, Any]], classes: Mapping[str, Mapping[str, Any]]
+) -> list[DeviceRequest]:
+    """The requests of the claims to allocate; a class that does not exist matches nothing."""
+    requests = []
+    for index, claim in enumerate(claims):
+        where = f"ResourceClaim {claim['metadata'].get('namespace')}/{claim['metadata']['name']}"
+        for position, request in enumerate(claim["spec"]["devices"].get("requests") or []):
+            path = f"{where} spec.devices.requests[{position}]"
+            exactly = request.get("exactly")
+            if exactly is None:
+                raise InvalidParameterError(
+                    f"{path}.firstAvailable", "not supported by the kube-scheduler stand-in"
+                )
+            class_name = exactly["deviceClassName"]
+            device_class = classes.get(class_name)
+            if device_class is None:
+                matches: DeviceMatcher = lambda driver, device: False  # noqa: E731
+            else:
+                by_class = selectors_matcher(
+                    (device_class.get("spec") or {}).get("selectors") or [],
+                    f'DeviceClass "{class_name}" spec.selectors',
+                )
+                by_request = selectors_matcher(
+                    exactly.get("selectors") or [], f"{path}.exactly.selectors"
+                )
+                matches = _both(by_class, by_request)
+            try:
+                capacity = {
+                    name: parse_quantity(str(quantity))
+                    for name, quantity in (
+                        (exactly.get("capacity") or {}).get("requests") or {}
+                    ).items()
+                }
+            except QuantityError as error:
+                raise InvalidParameterError(f"{path}.exactly.capacity", str(error)) from error
+            all_devices = exactly.get("allocationMode") == "All"
+            requests.append(
+                DeviceRequest(
+                    claim=index,
+                    name=request["name"],
+                    device_class=class_name,
+                    matches=matches,
+                    count=None if all_devices else int(exactly.get("count") or 1),
+                    tolerations=tuple(exactly.get("tolerations") or ()),
+                    capacity=capacity,
+                )
+            )
+    return requests
+
+
+def _both(first: DeviceMatcher, second: DeviceMatcher) -> DeviceMatcher:
+    return lambda driver, device: first(driver, device) and second(driver, device)
+
+
+@dataclass(frozen=True, slots=True)
+class _Option:
+    """A device that can serve a request, with what one share of it would take."""
+
+    device: PoolDevice
+    take: Mapping[str, Decimal] | None
+    limits: Mapping[str, Decimal]
+
+
+@dataclass(frozen=True, slots=True)
+class Pick:
+    """One device chosen for one request; `consumed` is None for a dedicated device."""
+
+    request: DeviceRequest
+    device: PoolDevice
+    consumed: Mapping[str, Decimal] | None
+
+
+def _option(device: PoolDevice, request: DeviceRequest) -> _Option | None:
+    capacities = {
+        unqualified(k, device.driver): v for k, v in (device.spec.get("capacity") or {}).items()
+    }
+    wanted = {unqualified(k, device.driver): v for k, v in request.capacity.items()}
+    if any(name not in capacities for name in wanted):
+        return None
+    try:
+        limits = {name: parse_quantity(str(c["value"])) for name, c in capacities.items()}
+        if not device.shared:
+            fits = all(amount <= limits[name] for name, amount in wanted.items())
+            return _Option(device, None, limits) if fits else None
+        take: dict[str, Decimal] = {}
+        for name, capacity in capacities.items():
+            policy = capacity.get("requestPolicy")
+            if name in wanted:
+                amount = round_up_request(wanted[name], policy)
+                if amount is None:
+                    return None
+            elif policy and policy.get("default") is not None:
+                amount = parse_quantity(str(policy["default"]))
+            else:
+                amount = limits[name]
+            take[name] = amount
+    except QuantityError:
+        return None
+    return _Option(device, take, limits)
+
+
+def plan_allocation(
+    requests: Sequence[DeviceRequest], devices: Sequence[PoolDevice], usage: DeviceUsage
+) -> list[Pick] | None:
+    """Devices for every request, or None: a depth-first search over the requests' device
+    slots (distinct devices within a request), backtracking when capacity runs out."""
+    slots: list[tuple[DeviceRequest, list[_Option]]] = []
+    for request in requests:
+        options = []
+        for device in devices:
+            if device.key in usage.dedicated or (
+                not device.shared and device.key in usage.consumed
+            ):
+                continue
+            if not request.matches(device.driver, device.spec):
+                continue
+            if untolerated_device_taint(device.spec, request.tolerations) is not None:
+                continue
+            option = _option(device, request)
+            if option is not None:
+                options.append(option)
+        count = len(options) if request.count is None else request.count
+        if count == 0:
+            return None
+        slots.extend((request, options) for _ in range(count))
+    used = {key: dict(amounts) for key, amounts in usage.consumed.items()}
+    return _search(slots, 0, used, set(), [])
+
+
+def _search(
+    slots: Sequence[tuple[DeviceRequest, Sequence[_Option]]],
+    index: int,
+    used: dict[DeviceKey, dict[str, Decimal]],
+    whole: set[DeviceKey],
+    chosen: list[Pick],
+) -> list[Pick] | None:
+    if index == len(slots):
+        return list(chosen)
+    request, options = slots[index]
+    for option in options:
+        key = option.device.key
+        if key in whole or any(p.request is request and p.device.key == key for p in chosen):
+            continue
+        if option.take is None:
+            if key in used:
+                continue
+            whole.add(key)
+            chosen.append(Pick(request, option.device, None))
+            found = _search(slots, index + 1, used, whole, chosen)
+            chosen.pop()
+            whole.discard(key)
+        else:
+            before = used.get(key)
+            after = dict(before or {})
+            for name, amount in option.take.items():
+                after[name] = after.get(name, Decimal(0)) + amount
+            if any(after[name] > limit for name, limit in option.limits.items() if name in after):
+                continue
+            used[key] = after
+            chosen.append(Pick(request, option.device, option.take))
+            found = _search(slots, index + 1, used, whole, chosen)
+            chosen.pop()
+            if before is None:
+                del used[key]
+            else:
+                used[key] = before
+        if found is not None:
+            return found
+    return None
+
+
+def canonical_quantity(value: Decimal) -> str:
+    """Integers as `resource.NewQuantity` writes them ("10Gi", "30"); fractions in m/u/n."""
+    if value == value.to_integral_value():
+        return format_quantity(int(value))
+    for suffix, scale in (("m", 3), ("u", 6), ("n", 9)):
+        scaled = value.scaleb(scale)
+        if scaled == scaled.to_integral_value():
+            return f"{int(scaled)}{suffix}"
+    return str(value)
+
+
+def build_allocation(
+    claim: Mapping[str, Any],
+    picks: Sequence[Pick],
+    classes: Mapping[str, Mapping[str, Any]],
+    node_name: str,
+    now: str,
+    new_share_id: Callable[[], str] = lambda: str(uuid.uuid4()),
+) -> dict[str, Any]:
+    """status.allocation as kube-scheduler writes it: one result per device (a shareID and
+    every capacity for a shared device), class configs then claim configs, the node."""
+    results = []
+    for pick in picks:
+        result: dict[str, Any] = {
+            "request": pick.request.name,
+            "driver": pick.device.driver,
+            "pool": pick.device.pool,
+            "device": pick.device.spec["name"],
+        }
+        if pick.request.tolerations:
+            result["tolerations"] = [dict(t) for t in pick.request.tolerations]
+        if pick.consumed is not None:
+            names = {
+                unqualified(k, pick.device.driver): k
+                for k in pick.device.spec.get("capacity") or {}
+            }
+            result["shareID"] = new_share_id()
+            result["consumedCapacity"] = {
+                names[name]: canonical_quantity(amount) for name, amount in pick.consumed.items()
+            }
+        results.append(result)
+    config: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for pick in picks:
+        if pick.request.name in seen:
+            continue
+        seen.add(pick.request.name)
+        device_class = classes.get(pick.request.device_class) or {}
+        for entry in (device_class.get("spec") or {}).get("config") or []:
+            config.append({"source": "FromClass", "requests": [pick.request.name], **entry})
+    for entry in claim["spec"]["devices"].get("config") or []:
+        config.append({"source": "FromClaim", **entry})
+    devices: dict[str, Any] = {"results": results}
+    if config:
+        devices["config"] = config
+    return {
+        "devices": devices,
+        "nodeSelector": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_name]}]}
+            ]
+        },
+        "allocationTimestamp": now,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _AllocationContext:
+    """What one scheduling cycle allocates from: read once, tried on every node."""
+
+    requests: Sequence[DeviceRequest]
+    classes: Mapping[str, Mapping[str, Any]]
+    slices: Sequence[Mapping[str, Any]]
+    usage: DeviceUsage
+
+
 class DRAScheduler:
     """Schedules one pod at a time through the API, like kube-scheduler's DRA path."""
 
-    def __init__(self, api_client: k8s.ApiClient, scheduler_name: str = SCHEDULER_NAME) -> None:
+    def __init__(
+        self,
+        api_client: k8s.ApiClient,
+        scheduler_name: str = SCHEDULER_NAME,
+        *,
+        settings: SchedulerSettings | None = None,
+    ) -> None:
         self.core = k8s.CoreV1Api(api_client)
         self.resource = k8s.ResourceV1Api(api_client)
-        self.scheduler_name = scheduler_name
+        self.settings = settings or SchedulerSettings(scheduler_name=scheduler_name)
+        self.scheduler_name = self.settings.scheduler_name
 
     async def _read(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
         return json.loads(response.data)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Schedule this scheduler's unbound pods until `stop` is set.
+
+        Pending pods are listed every `poll_interval`; a pod that did not fit (or whose
+        cycle failed on an API error) waits an exponential backoff before its next try,
+        like kube-scheduler's backoff queue.
+        """
+        loop = asyncio.get_running_loop()
+        backoff: dict[str, tuple[float, float]] = {}
+        selector = f"spec.nodeName=,spec.schedulerName={self.scheduler_name}"
+        while not stop.is_set():
+            try:
+                listed = await self._read(
+                    self.core.list_pod_for_all_namespaces, field_selector=selector
+                )
+            except ApiException as error:
+                log.warning("listing pending pods failed", extra={"error": str(error)})
+                listed = {"items": []}
+            pending = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
+            for pod in pending:
+                if stop.is_set():
+                    break
+                uid = pod["metadata"]["uid"]
+                retry_at, delay = backoff.get(uid, (0.0, 0.0))
+                if retry_at > loop.time():
+                    continue
+                metadata = pod["metadata"]
+                try:
+                    outcome = await self.schedule(metadata["namespace"], metadata["name"])
+                except ApiException as error:
+                    outcome = SchedulingOutcome(None, "SchedulerError", _api_message(error))
+                if outcome.node is not None:
+                    backoff.pop(uid, None)
+                    continue
+                delay = min(delay * 2, self.settings.max_backoff) or self.settings.initial_backoff
+                backoff[uid] = (loop.time() + delay, delay)
+                log.info(
+                    "pod not scheduled",
+                    extra={"pod": f"{metadata['namespace']}/{metadata['name']}", "retry_in": delay},
+                )
+            live = {p["metadata"]["uid"] for p in pending}
+            for uid in [u for u in backoff if u not in live]:
+                del backoff[uid]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.settings.poll_interval)
 
     async def schedule(self, namespace: str, name: str) -> SchedulingOutcome:
         """One scheduling cycle for the pod; the outcome is also written to the pod."""
@@ -183,14 +780,33 @@ class DRAScheduler:
                     self.resource.read_namespaced_resource_claim, claim_name, namespace
                 )
             )
+        unallocated = [c for c in claims if not (c.get("status") or {}).get("allocation")]
+        context = None
+        if self.settings.allocate and unallocated:
+            try:
+                context = await self._allocation_context(unallocated)
+            except InvalidParameterError as error:
+                return await self._reject(pod, "SchedulerError", str(error))
         nodes = (await self._read(self.core.list_node))["items"]
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        feasible = []
+        feasible: list[tuple[str, list[Pick]]] = []
         for node in nodes:
-            reason = await self._filter(pod, node, claims)
+            picks: list[Pick] = []
+            reason = claim_failure(node, claims)
+            if reason is None and unallocated:
+                planned = None
+                if context is not None:
+                    devices = node_pool_devices(context.slices, node)
+                    planned = plan_allocation(context.requests, devices, context.usage)
+                if planned is None:
+                    reason = CANNOT_ALLOCATE, False
+                else:
+                    picks = planned
             if reason is None:
-                feasible.append(node["metadata"]["name"])
+                reason = await self._fit(pod, node)
+            if reason is None:
+                feasible.append((node["metadata"]["name"], picks))
             elif reason[1]:
                 failed[node["metadata"]["name"]] = reason[0]
             else:
@@ -198,26 +814,43 @@ class DRAScheduler:
         if not feasible:
             message = unschedulable_message(len(nodes), FilterResult([], failed, unresolvable))
             return await self._reject(pod, "Unschedulable", message)
-        node_name = feasible[0]
+        node_name, picks = feasible[0]
+        allocations = {
+            id(claim): build_allocation(
+                claim,
+                [p for p in picks if p.request.claim == index],
+                context.classes,
+                node_name,
+                _now(),
+            )
+            for index, claim in enumerate(unallocated)
+            if context is not None
+        }
         try:
             for claim in claims:
-                await self._reserve(claim, pod)
+                allocation = allocations.get(id(claim))
+                if allocation is None:
+                    await self._reserve(claim, pod)
+                else:
+                    await self._allocate(claim, allocation, pod)
         except ApiException as error:
             message = f'running PreBind plugin "DynamicResources": {_api_message(error)}'
             return await self._reject(pod, "SchedulerError", message)
         await self._bind(pod, node_name)
         return SchedulingOutcome(node_name)
 
-    async def _filter(
-        self, pod: dict[str, Any], node: dict[str, Any], claims: Sequence[dict[str, Any]]
-    ) -> tuple[str, bool] | None:
+    async def _allocation_context(
+        self, unallocated: Sequence[dict[str, Any]]
+    ) -> _AllocationContext:
+        listed_classes = await self._read(self.resource.list_device_class)
+        classes = {c["metadata"]["name"]: c for c in listed_classes["items"]}
+        requests = build_requests(unallocated, classes)
+        slices = (await self._read(self.resource.list_resource_slice))["items"]
+        every_claim = await self._read(self.resource.list_resource_claim_for_all_namespaces)
+        return _AllocationContext(requests, classes, slices, device_usage(every_claim["items"]))
+
+    async def _fit(self, pod: dict[str, Any], node: dict[str, Any]) -> tuple[str, bool] | None:
         node_name = node["metadata"]["name"]
-        for claim in claims:
-            allocation = (claim.get("status") or {}).get("allocation")
-            if allocation is None:
-                return CANNOT_ALLOCATE, False
-            if not node_matches_selector(node, allocation.get("nodeSelector")):
-                return CLAIM_NOT_ON_NODE, False
         listed = await self._read(
             self.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
         )
@@ -227,6 +860,50 @@ class DRAScheduler:
             if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
         return fit_failure(pod, node, on_node)
+
+    async def _allocate(
+        self, claim: dict[str, Any], allocation: dict[str, Any], pod: dict[str, Any]
+    ) -> None:
+        """PreBind for a claim allocated here: the delete-protection finalizer first (so
+        kube-controller-manager deallocates it once unused), then allocation and
+        reservation in one status write, conditional on the version that was read."""
+        metadata = claim["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        version = metadata["resourceVersion"]
+        added = DELETE_PROTECTION not in (metadata.get("finalizers") or [])
+        if added:
+            protected = await self._read(
+                self.resource.patch_namespaced_resource_claim,
+                name,
+                namespace,
+                {"metadata": {"resourceVersion": version, "finalizers": [DELETE_PROTECTION]}},
+            )
+            version = protected["metadata"]["resourceVersion"]
+        reservation = {"resource": "pods", "name": pod["metadata"]["name"]}
+        reservation["uid"] = pod["metadata"]["uid"]
+        body = {
+            "metadata": {"resourceVersion": version},
+            "status": {"allocation": allocation, "reservedFor": [reservation]},
+        }
+        try:
+            await asyncio.to_thread(
+                self.resource.patch_namespaced_resource_claim_status,
+                name,
+                namespace,
+                body,
+                _preload_content=False,
+            )
+        except ApiException:
+            if added:
+                with contextlib.suppress(ApiException):
+                    await asyncio.to_thread(
+                        self.resource.patch_namespaced_resource_claim,
+                        name,
+                        namespace,
+                        {"metadata": {"$deleteFromPrimitiveList/finalizers": [DELETE_PROTECTION]}},
+                        _preload_content=False,
+                    )
+            raise
 
     async def _reserve(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
         status = claim["status"]
