@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NewType
 
 from cdi.errors import InvalidCdiNameError
+from dra_driver.names import UUID_PATTERN, is_dns_label, is_uuid
 
 CDI_VENDOR = "k8s.vgpu.hami.io"
 """`k8s.<driver>`, the per-claim convention of dra-example-driver and the NVIDIA/HAMi drivers."""
@@ -29,9 +30,7 @@ TEMP_FILE_SUFFIX = ".tmp"
 
 ClaimUID = NewType("ClaimUID", str)
 
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_UUID_PATTERN = re.compile(_UUID)
-_DNS_LABEL_PATTERN = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_UUID = UUID_PATTERN
 _SPEC_FILE_PREFIX = f"{CDI_VENDOR}-{CDI_CLASS}_"
 _SPEC_FILE_PATTERN = re.compile(
     re.escape(_SPEC_FILE_PREFIX) + f"({_UUID})" + re.escape(SPEC_FILE_EXTENSION)
@@ -59,21 +58,21 @@ def _shown(value: object) -> str:
 
 def validate_claim_uid(value: object) -> ClaimUID:
     """The UID as Kubernetes writes it (lowercase 8-4-4-4-12), or `InvalidCdiNameError`."""
-    if not isinstance(value, str) or not _UUID_PATTERN.fullmatch(value):
+    if not is_uuid(value):
         raise InvalidCdiNameError("claimUID", f"{_shown(value)} is not a lowercase UUID")
     return ClaimUID(value)
 
 
 def validate_device_name(value: object) -> str:
     """A ResourceSlice device name: a DNS label, so it never holds `_`, `.` or `/`."""
-    if not isinstance(value, str) or not _DNS_LABEL_PATTERN.fullmatch(value):
+    if not is_dns_label(value):
         raise InvalidCdiNameError("device", f"{_shown(value)} is not a DNS label")
     return value
 
 
 def validate_share_id(value: object) -> str:
     """An allocation result's shareID, which Kubernetes requires to be a lowercase UUID."""
-    if not isinstance(value, str) or not _UUID_PATTERN.fullmatch(value):
+    if not is_uuid(value):
         raise InvalidCdiNameError("shareID", f"{_shown(value)} is not a lowercase UUID")
     return value
 

@@ -24,6 +24,7 @@ from cdi.spec import ClaimDeviceEdits, build_claim_spec
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
+from dra_driver.names import is_dns_label, is_dns_subdomain
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -51,8 +52,6 @@ from libvgpu.settings import LibvgpuPaths
 
 log = logging.getLogger(__name__)
 
-DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 PER_ORDINAL_ENV = re.compile(r"CUDA_DEVICE_(MEMORY|SM)_LIMIT_(\d+)")
 
 
@@ -86,9 +85,9 @@ class PreparerSettings:
 def checked_ref(ref: ClaimRef) -> ClaimRef:
     """Refuse anything that could escape a path or a URL before it is used."""
     validate_claim_uid(ref.uid)
-    if not DNS_LABEL.fullmatch(ref.namespace or ""):
+    if not is_dns_label(ref.namespace):
         raise InvalidParameterError("claim.namespace", f"{ref.namespace!r} is not a DNS label")
-    if not DNS_SUBDOMAIN.fullmatch(ref.name or ""):
+    if not is_dns_subdomain(ref.name):
         raise InvalidParameterError("claim.name", f"{ref.name!r} is not a DNS subdomain")
     return ref
 

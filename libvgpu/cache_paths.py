@@ -15,14 +15,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dra_driver.errors import InvalidParameterError
+from dra_driver.names import is_dns_label, is_uuid
 from libvgpu.settings import LibvgpuPaths
 
 CLAIMS_DIR = "claims"
 CONTAINERS_DIR = "containers"
 CACHE_SUFFIX = ".cache"
 
-_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_CONTAINER_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _NONCE = re.compile(r"[0-9a-f]{32}")
 
 
@@ -59,14 +58,14 @@ class CacheFileKey:
 
 def validate_uid(value: str, field: str) -> str:
     """Accept a Kubernetes UID (an RFC 4122 UUID in lower case), nothing else."""
-    if not isinstance(value, str) or not _UID.fullmatch(value):
+    if not is_uuid(value):
         raise InvalidParameterError(field, f"not a Kubernetes UID: {value!r}")
     return value
 
 
 def validate_container_name(value: str, field: str = "container") -> str:
     """Accept a container name (an RFC 1123 label); it never holds `_`, so `<uid>_<name>` splits."""
-    if not isinstance(value, str) or not _CONTAINER_NAME.fullmatch(value):
+    if not is_dns_label(value):
         raise InvalidParameterError(field, f"not a container name: {value!r}")
     return value
 
@@ -126,10 +125,10 @@ def _relative_parts(cache_root: str, path: str) -> list[str] | None:
 
 
 def _key_for(area: str, leaf: str) -> CacheFileKey | None:
-    if area == CLAIMS_DIR and _UID.fullmatch(leaf):
+    if area == CLAIMS_DIR and is_uuid(leaf):
         return CacheFileKey(CacheOwnerKind.CLAIM, leaf)
     if area == CONTAINERS_DIR:
         pod_uid, sep, container = leaf.partition("_")
-        if sep and _UID.fullmatch(pod_uid) and _CONTAINER_NAME.fullmatch(container):
+        if sep and is_uuid(pod_uid) and is_dns_label(container):
             return CacheFileKey(CacheOwnerKind.CONTAINER, pod_uid, container)
     return None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from dra_driver.names import is_uuid
+
 from .errors import (
     FieldError,
     duplicate,
@@ -20,7 +22,7 @@ from .errors import (
     required,
     too_many,
 )
-from .validation import dns_label, dns_subdomain, is_uuid
+from .validation import dns_label, dns_subdomain
 
 Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
 Defaulter = Callable[[dict[str, Any]], None]

@@ -6,14 +6,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from dra_driver.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+
 from .errors import FieldError, forbidden, invalid, required
 
-_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_LABEL = re.compile(f"^{_LABEL}$")
-_DNS_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 SUBDOMAIN_MESSAGE = (
     "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
@@ -34,7 +32,7 @@ def dns_subdomain(path: str, value: str, max_length: int = 253) -> list[FieldErr
     errors = []
     if len(value) > max_length:
         errors.append(invalid(path, value, f"must be no more than {max_length} bytes"))
-    if not _DNS_SUBDOMAIN.match(value):
+    if not DNS_SUBDOMAIN_RE.fullmatch(value):
         errors.append(invalid(path, value, SUBDOMAIN_MESSAGE))
     return errors
 
@@ -43,13 +41,9 @@ def dns_label(path: str, value: str) -> list[FieldError]:
     errors = []
     if len(value) > 63:
         errors.append(invalid(path, value, "must be no more than 63 bytes"))
-    if not _DNS_LABEL.match(value):
+    if not DNS_LABEL_RE.fullmatch(value):
         errors.append(invalid(path, value, LABEL_MESSAGE))
     return errors
-
-
-def is_uuid(value: Any) -> bool:
-    return isinstance(value, str) and bool(_UUID.match(value))
 
 
 def _qualified_name(path: str, key: str) -> list[FieldError]:
