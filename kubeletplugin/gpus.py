@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.quantity import QuantityError, to_bytes_ceil
 from dra_driver.errors import InvalidParameterError
+from libvgpu.host_gpus import nvml_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +106,6 @@ class MockBackend:
                 )
             )
         return gpus
-
-
-def nvml_text(value: Any) -> str:
-    """NVML strings arrive as bytes from older pynvml releases, str from newer."""
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)

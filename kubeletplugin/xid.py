@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kubeletplugin.gpus import nvml_text
+from libvgpu.host_gpus import nvml_text
 
 log = logging.getLogger(__name__)
 

@@ -50,7 +50,8 @@ class StaticHostBackend:
         return None
 
 
-def _text(value: Any) -> str:
+def nvml_text(value: Any) -> str:
+    """NVML strings arrive as bytes from older pynvml releases, str from newer."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
@@ -77,8 +78,8 @@ class NvmlHostBackend:
                 gpus.append(
                     HostGpu(
                         index=index,
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                        device_type="NVIDIA-" + _text(nvml.nvmlDeviceGetName(handle)),
+                        uuid=nvml_text(nvml.nvmlDeviceGetUUID(handle)),
+                        device_type="NVIDIA-" + nvml_text(nvml.nvmlDeviceGetName(handle)),
                         memory_used_bytes=int(memory.used),
                         utilization_percent=int(rates.gpu),
                         memory_utilization_percent=int(rates.memory),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +30,7 @@ from api.generated import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1be
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
 from dra_driver.errors import DriverError
+from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 # kubelet's preference order, independent of the order the plugin lists them in.
@@ -58,21 +58,6 @@ async def finish_call(call: grpc.aio.Call) -> None:
     call.cancel()
     with contextlib.suppress(grpc.aio.AioRpcError):
         await asyncio.shield(call.code())
-
-
-async def settle_cancelled_grpc_calls() -> None:
-    """Let grpc.aio's own per-call tasks finish what closing our channels started.
-
-    A stream call whose channel was closed keeps a status task that grpc cancels only
-    when the call object is collected; collecting now, then giving the loop one turn,
-    ends those tasks here instead of at some later, arbitrary moment. Only tasks
-    already unwinding are awaited, so live calls of other channels are never waited on.
-    """
-    gc.collect()
-    current = asyncio.current_task()
-    await asyncio.sleep(0)
-    unwinding = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
-    await asyncio.gather(*[t for t in unwinding if t.cancelling()], return_exceptions=True)
 
 
 class PluginCallError(DriverError):

@@ -17,6 +17,7 @@ from google.protobuf import json_format
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
+from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.sim.kubelet_deviceplugin import (
     AdmissionRejectedError,
     ContainerRequest,
@@ -34,13 +35,6 @@ pytestmark = pytest.mark.skipif(
     not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
 )
 RESOURCE = "nvidia.com/gpu"
-
-
-async def stop_grpc_server(server: grpc.aio.Server) -> None:
-    """Stop, then let grpc's cancelled per-call tasks finish (stop() does not wait for them)."""
-    await server.stop(None)
-    leftovers = [t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()]
-    await asyncio.gather(*leftovers, return_exceptions=True)
 
 
 def fixture(name: str) -> Any:

@@ -20,6 +20,7 @@ from api.generated import dra_health_v1alpha1_pb2_grpc as health_grpc
 from api.generated import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
+from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.sim.kubelet_dra import (
     ClaimRef,
     KubeletDRA,
@@ -40,13 +41,6 @@ pytestmark = pytest.mark.skipif(
 DRIVER = "probe.example.com"
 NODE = "node-k1"
 CLAIM = ClaimRef("dra-probe", "714e3fe9-6fa9-4062-8385-485ff3b0910c", "probe-pod-gpu-kzfb5")
-
-
-async def stop_grpc_server(server: grpc.aio.Server) -> None:
-    """Stop, then let grpc's cancelled per-call tasks finish (stop() does not wait for them)."""
-    await server.stop(None)
-    leftovers = [t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()]
-    await asyncio.gather(*leftovers, return_exceptions=True)
 
 
 def fixture(name: str) -> Any:

@@ -15,18 +15,12 @@ from kubernetes import client, config
 
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
+from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.kubelet_dra import KubeletDRA, KubeletDRASettings
 
 NODE = "node-k1"
 DRIVER = "probe.example.com"
-
-
-async def stop_grpc_server(server: grpc.aio.Server) -> None:
-    """Stop, then let grpc's cancelled per-call tasks finish (stop() does not wait for them)."""
-    await server.stop(None)
-    leftovers = [t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()]
-    await asyncio.gather(*leftovers, return_exceptions=True)
 
 
 class Registration(registration_grpc.RegistrationServicer):
