@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sys
@@ -48,10 +49,13 @@ def _monitor(args: argparse.Namespace) -> int:
 
 def _kubelet_plugin(args: argparse.Namespace) -> int:
     from dra_driver.runtime import configure_logging, run_until_signalled
-    from kubeletplugin.service import serve_kubelet_plugin, settings_from_args
+    from kubeletplugin.service import remove_node_slices, serve_kubelet_plugin, settings_from_args
 
     configure_logging(args.log_level)
     settings = settings_from_args(args)
+    if args.remove_slices:
+        asyncio.run(remove_node_slices(settings, args.kubeconfig))
+        return 0
     metrics = (args.metrics_host, args.metrics_port) if args.metrics_port else None
     return run_until_signalled(
         lambda stop: serve_kubelet_plugin(settings, args.kubeconfig, stop, metrics)
@@ -189,6 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=int(_env("METRICS_PORT", "9396")),
         help="Prometheus /metrics port; 0 disables it",
+    )
+    plugin.add_argument(
+        "--remove-slices",
+        action="store_true",
+        help="uninstall: delete this node's ResourceSlices of the driver and exit",
     )
     _add_process_args(plugin)
     plugin.set_defaults(handler=_kubelet_plugin)

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.rest import KubeClient
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
+from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.monitor import MetricsServer
 from libvgpu.settings import LibvgpuPaths
@@ -60,5 +61,17 @@ async def serve_kubelet_plugin(
             else:
                 async with MetricsServer(registry, *metrics_address):
                     await stop.wait()
+    finally:
+        await client.aclose()
+
+
+async def remove_node_slices(settings: PluginSettings, kubeconfig: Path | None) -> None:
+    """Explicit uninstall: delete this node's ResourceSlices of this driver.
+
+    A running plugin never does this on its own: its slices survive restarts.
+    """
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        await SlicePublisher(client, settings.node_name, settings.slices).remove_all()
     finally:
         await client.aclose()

@@ -3,6 +3,7 @@ reading claims from the API emulator."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
+from kubeletplugin.checkpoint import decode_checkpoint
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
 from libvgpu.cache_dirs import CacheDirSettings
@@ -424,3 +426,26 @@ async def test_api_timeout_is_a_per_claim_error(node: Node):
             assert list(node.cdi_dir.glob("*")) == []
     finally:
         await impatient.aclose()
+
+
+async def test_concurrent_calls_lose_no_checkpoint_update(node: Node):
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        claims = [
+            await node.claim(f"many-{n}", [result(f"gpu-{n % 2}", "64Mi")]) for n in range(20)
+        ]
+        twice = claims[0]
+        responses = await asyncio.gather(
+            *(node.kubelet.prepare(DRIVER, [claim]) for claim in [*claims, twice])
+        )
+        assert all(
+            r.claims[c.uid].error == "" for r, c in zip(responses, [*claims, twice], strict=True)
+        )
+        assert responses[0] == responses[-1]
+        on_disk = decode_checkpoint((node.settings.service_dir / "checkpoint.json").read_bytes())
+        assert set(on_disk.claims) == {claim.uid for claim in claims}
+        assert {r.uid for r in plugin.preparer.prepared_records()} == set(on_disk.claims)
+        assert len(list(node.cdi_dir.glob("*.json"))) == 20
+        await asyncio.gather(*(node.kubelet.unprepare(DRIVER, [claim]) for claim in claims))
+        on_disk = decode_checkpoint((node.settings.service_dir / "checkpoint.json").read_bytes())
+        assert on_disk.claims == {}

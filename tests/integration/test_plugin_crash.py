@@ -214,3 +214,23 @@ async def test_plugin_process_serves_metrics(cluster):
         samples[("vgpu_dra_operations_total", (("operation", "prepare"), ("outcome", "ok")))] == 1
     )
     assert samples[("vgpu_dra_prepared_claims", ())] == 1
+
+
+async def test_slices_survive_a_restart_and_go_only_on_uninstall(cluster):
+    root, client, kubelet, plugin = cluster
+    slices_path = "/apis/resource.k8s.io/v1/resourceslices"
+    await plugin.start()
+    await kubelet.wait_registered(DRIVER)
+    published = (await client.list(slices_path, field_selector=f"spec.nodeName={NODE}"))["items"]
+    assert [s["spec"]["pool"]["generation"] for s in published] == [1]
+    await restart(plugin, kubelet)
+    again = (await client.list(slices_path, field_selector=f"spec.nodeName={NODE}"))["items"]
+    assert again == published
+    await plugin.kill()
+    uninstall = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "dra_driver.cli", "kubelet-plugin", "--remove-slices",
+        "--node-name", NODE, "--kubeconfig", str(root / "kubeconfig"),
+        "--mock-gpus", str(root / "gpus.yaml"),
+    )  # fmt: skip
+    assert await uninstall.wait() == 0
+    assert (await client.list(slices_path, field_selector=f"spec.nodeName={NODE}"))["items"] == []
