@@ -18,12 +18,13 @@ import re
 import ssl
 import uuid
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal, localcontext
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
 
+from api.quantity import QuantityError, parse_quantity
 from dra_driver.errors import DriverError, InvalidParameterError
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
@@ -45,22 +46,22 @@ _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?
 
 
 def _parse_quantity(value: str | int) -> tuple[str, Decimal]:
-    """The quantity's format (decimal, binary, exponent) and value, rounded up to 1e-9."""
+    """The quantity's format (decimal, binary, exponent) and its exact value."""
     text = str(value).strip()
     match = _QUANTITY.match(text)
     if match is None:
         raise InvalidParameterError("quantity", f"{text!r} is not a Kubernetes quantity")
     suffix = match[2] or ""
-    with localcontext() as context:
-        context.prec = 80
-        number = Decimal(match[1])
-        if suffix in _BINARY_EXPONENTS:
-            form, amount = "binary", number * (2 ** _BINARY_EXPONENTS[suffix])
-        elif suffix[:1] in ("e", "E"):
-            form, amount = "exponent", number.scaleb(int(suffix[1:]))
-        else:
-            form, amount = "decimal", number.scaleb(_DECIMAL_EXPONENTS[suffix])
-        return form, amount.quantize(Decimal("1e-9"), rounding=ROUND_CEILING)
+    if suffix in _BINARY_EXPONENTS:
+        form = "binary"
+    elif suffix[:1] in ("e", "E"):
+        form = "exponent"
+    else:
+        form = "decimal"
+    try:
+        return form, parse_quantity(text)
+    except QuantityError as error:
+        raise InvalidParameterError("quantity", error.reason) from None
 
 
 def quantity_value(value: str | int) -> Decimal:
