@@ -29,6 +29,7 @@ from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient
+from dra_driver.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
 from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
@@ -176,11 +177,7 @@ class KubeletPlugin:
 
     async def aclose(self) -> None:
         self._stop_threads.set()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
         for path, server in list(self._servers.items()):
             await stop_grpc_server(server, grace=1.0)

@@ -8,13 +8,13 @@ changes, without a per-scrape API call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
+from dra_driver.runtime import cancel_and_wait
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
 from libvgpu.monitor import MonitorSettings, VgpuMonitor
 from libvgpu.owners import ClaimIndex, ClaimResolver, CombinedResolver, LegacyPodResolver, PodIndex
@@ -58,11 +58,7 @@ class MonitorService:
 
     async def aclose(self) -> None:
         await self.monitor.aclose()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(self._tasks)
         self._tasks = []
 
     async def __aenter__(self) -> MonitorService:
