@@ -5,17 +5,16 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import os
 import re
 import socket
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
+from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.admission import (
@@ -27,20 +26,11 @@ from dra_driver.sim.admission import (
     defaulted_pod,
 )
 
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
 CAPTURED_URL = "https://127.0.0.1:18443/webhook"
 
 
 def fixture(name: str) -> Any:
-    return json.loads((FIXTURES / "mutating-webhook" / name).read_text())
+    return load_fixture(f"mutating-webhook/{name}")
 
 
 def raw_exchanges() -> list[dict[str, Any]]:

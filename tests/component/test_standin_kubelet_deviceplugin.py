@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import tempfile
@@ -14,6 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
@@ -25,20 +25,12 @@ from dra_driver.sim.kubelet_deviceplugin import (
     is_extended_resource_name,
 )
 
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-pytestmark = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
+pytestmark = needs_fixtures
 RESOURCE = "nvidia.com/gpu"
 
 
 def fixture(name: str) -> Any:
-    return json.loads((FIXTURES / "device-plugin" / name).read_text())
+    return load_fixture(f"device-plugin/{name}")
 
 
 def as_dict(message: Any) -> dict[str, Any]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -14,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
+from wire_fixtures import load_fixture, needs_fixtures
 
 from api.generated import dra_health_v1alpha1_pb2 as health_pb2
 from api.generated import dra_health_v1alpha1_pb2_grpc as health_grpc
@@ -29,22 +28,14 @@ from dra_driver.sim.kubelet_dra import (
     PluginNotRegisteredError,
 )
 
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-pytestmark = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
+pytestmark = needs_fixtures
 DRIVER = "probe.example.com"
 NODE = "node-k1"
 CLAIM = ClaimRef("dra-probe", "714e3fe9-6fa9-4062-8385-485ff3b0910c", "probe-pod-gpu-kzfb5")
 
 
 def fixture(name: str) -> Any:
-    return json.loads((FIXTURES / "dra-kubelet-plugin" / name).read_text())
+    return load_fixture(f"dra-kubelet-plugin/{name}")
 
 
 def as_dict(message: Any) -> dict[str, Any]:

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import socket
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
+from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
 
 from dra_driver.sim.scheduler_extender import (
     ExtenderConfig,
@@ -19,20 +18,11 @@ from dra_driver.sim.scheduler_extender import (
     error_backoff,
 )
 
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
 CAPTURED_PREFIX = "http://127.0.0.1:18888"
 
 
 def fixture(name: str) -> Any:
-    return json.loads((FIXTURES / "scheduler-extender" / name).read_text())
+    return load_fixture(f"scheduler-extender/{name}")
 
 
 def exchanges(scenario: str) -> list[dict[str, Any]]:

@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
+from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
 
 from api.generated import deviceplugin_v1beta1_pb2 as dp
 from api.generated import dra_health_v1alpha1_pb2 as health
 from api.generated import dra_v1_pb2 as dra_v1
 from api.generated import dra_v1beta1_pb2 as dra_v1beta1
 from api.generated import pluginregistration_pb2 as registration
-
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
-
-
-def fixture(relative: str) -> Any:
-    return json.loads((FIXTURES / relative).read_text())
 
 
 @pytest.mark.parametrize(
@@ -209,7 +194,7 @@ def roundtrip(payload: dict[str, Any], message_type: type[Message]) -> None:
 def test_captured_messages_roundtrip_through_the_wire(
     relative: str, key: str | None, message_type: type[Message]
 ) -> None:
-    payload = fixture(relative)
+    payload = load_fixture(relative)
     roundtrip(payload[key] if key else payload, message_type)
 
 
@@ -220,7 +205,7 @@ def test_captured_multi_container_sequence_roundtrips() -> None:
         "Allocate": (dp.AllocateRequest, dp.AllocateResponse),
         "PreStartContainer": (dp.PreStartContainerRequest, dp.PreStartContainerResponse),
     }
-    calls = fixture(DP + "allocate.multi-container.sequence.json")["calls_in_order"]
+    calls = load_fixture(DP + "allocate.multi-container.sequence.json")["calls_in_order"]
 
     for call in calls:
         request_type, response_type = types[call["rpc"]]
