@@ -1,16 +1,23 @@
 """A list-and-watch cache of one kind of object, in asyncio.
 
 List, then watch from the list's resourceVersion with bookmarks; on 410 Gone
-relist and replay the difference as events; on transient errors back off and
-resume. Handlers receive `(event_type, object)` with event types ADDED,
-MODIFIED, DELETED, so libvgpu's owner indexes and the controllers can be fed
-straight from it.
+relist and replay the difference as events; on transient errors back off
+(doubling, with jitter so replicas do not retry in step) and resume from the
+last resourceVersion seen. Handlers receive `(event_type, object)` with event
+types ADDED, MODIFIED, DELETED, so libvgpu's owner indexes, the DRA controller
+and the legacy extender are fed straight from it.
+
+The public surface is small on purpose: `run()` (a task), `synced`, `store`
+(key -> object, read-only for callers), `get(key)`, `wait_for(predicate)` and
+the handlers. Writes a component makes itself and must see before the watch
+delivers them go through `dra_driver.kube.assume.AssumeCache`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +39,9 @@ class InformerSettings:
     """First pause after a transient error; doubles up to `max_retry_delay_s`."""
 
     max_retry_delay_s: float = 30.0
+
+    jitter: float = 0.5
+    """Each pause is stretched by a random factor in [1, 1 + jitter]."""
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -78,8 +88,12 @@ class Informer:
                 self.resource_version = ""
             except TransientError as error:
                 log.warning("watch interrupted", extra={"path": self.path, "error": str(error)})
-                await asyncio.sleep(delay)
+                await asyncio.sleep(delay * random.uniform(1.0, 1.0 + self.settings.jitter))
                 delay = min(delay * 2, self.settings.max_retry_delay_s)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The cached object at `key` (`namespace/name`, or `name` when cluster-scoped)."""
+        return self.store.get(key)
 
     async def wait_for(self, predicate: Callable[[dict[str, dict[str, Any]]], bool]) -> None:
         """Wait until `predicate(store)` holds (checked after every change)."""
