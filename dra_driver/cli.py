@@ -74,6 +74,15 @@ def _install_libvgpu(args: argparse.Namespace) -> int:
     return run_install(settings)
 
 
+def _healthcheck(args: argparse.Namespace) -> int:
+    from dra_driver.healthcheck import check_sockets
+
+    problems = asyncio.run(check_sockets(args.socket, args.timeout))
+    for problem in problems:
+        print(f"dra-driver healthcheck: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
@@ -221,6 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.add_argument("--lock-dir", default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
     install.set_defaults(handler=_install_libvgpu)
+
+    healthcheck = commands.add_parser(
+        "healthcheck",
+        help="liveness probe: ask grpc.health.v1 over a component's own unix sockets",
+        description="Exit 0 when every socket answers SERVING; else print why and exit 1.",
+    )
+    healthcheck.add_argument("--socket", type=Path, action="append", required=True)
+    healthcheck.add_argument("--timeout", type=float, default=3.0, help="seconds per socket")
+    healthcheck.set_defaults(handler=_healthcheck)
     return parser
 
 
