@@ -1,0 +1,1 @@
+"""Legacy (device-plugin) mode, scheduler side: HAMi-compatible extender and webhook."""

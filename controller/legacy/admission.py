@@ -1,0 +1,237 @@
+"""HAMi's mutating webhook for pods, as a pure decision: a JSON patch or a denial.
+
+Rules (hami-protocol.md §1, §6; issue 11): a pod without containers is
+denied; a pod already given to another scheduler is left alone; per
+container, the count is added when only memory/cores/percentage are given
+and an exclusive 100 cores when a whole card is asked for (the engine's
+`admission_limits`), the percentage is validated, `priority` becomes
+`CUDA_TASK_PRIORITY`, a non-default core policy becomes
+`GPU_CORE_UTILIZATION_POLICY`, and with `overwriteEnv` a container without
+GPU gets `NVIDIA_VISIBLE_DEVICES=none`. A pod with GPU resources gets our
+schedulerName and the configured runtimeClassName; it is denied when a
+container is privileged, when `spec.nodeName` is preset, or when it would
+exceed the namespace quota. Every denial says what to change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from api.quantity import QuantityError, parse_quantity
+from controller.legacy.config import CorePolicy, LegacySettings
+from dra_driver.engine.quota import NamespaceQuota
+from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.errors import InvalidParameterError
+from dra_driver.pod_workloads import admission_limits
+
+DEFAULT_SCHEDULER = "default-scheduler"
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
+VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+
+Patch = list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """Allowed with a (possibly empty) patch, or denied with a code and a message."""
+
+    allowed: bool
+    patch: Patch = field(default_factory=list)
+    message: str = ""
+    code: int = 200
+    reason: str = ""
+
+
+def allow(patch: Patch | None = None, message: str = "") -> AdmissionDecision:
+    return AdmissionDecision(True, patch or [], message)
+
+
+def deny(message: str, code: int = 403, reason: str = "Forbidden") -> AdmissionDecision:
+    return AdmissionDecision(False, [], message, code, reason)
+
+
+def pointer(*tokens: str | int) -> str:
+    """An RFC 6901 JSON pointer ('/' and '~' escaped in each token)."""
+    return "".join("/" + str(token).replace("~", "~0").replace("/", "~1") for token in tokens)
+
+
+@dataclass(slots=True)
+class _Container:
+    """What one container contributes: its GPU request amounts and its patch."""
+
+    has_gpu: bool = False
+    memory: int = 0
+    cores: int = 0
+    patch: Patch = field(default_factory=list)
+
+
+def _integer(raw: object, field_path: str) -> int:
+    try:
+        value: Decimal = parse_quantity(str(raw))
+    except QuantityError as error:
+        raise InvalidParameterError(field_path, error.reason) from None
+    if value != value.to_integral_value():
+        raise InvalidParameterError(field_path, f"{raw!r} is not a whole number")
+    return int(value)
+
+
+def _mutate_container(
+    container: Mapping[str, Any],
+    base: tuple[str | int, ...],
+    where: str,
+    vendor: VendorAdapter,
+    settings: LegacySettings,
+) -> _Container:
+    names = vendor.resources
+    config = settings.nvidia
+    resources = container.get("resources") or {}
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    added = admission_limits(vendor, limits, requests, where)
+    merged = {**limits, **added}
+    result = _Container(has_gpu=names.count in merged)
+    if added:
+        if "limits" in resources:
+            result.patch += [
+                {"op": "add", "path": pointer(*base, "resources", "limits", key), "value": value}
+                for key, value in added.items()
+            ]
+        elif "resources" in container:
+            result.patch.append(
+                {"op": "add", "path": pointer(*base, "resources", "limits"), "value": added}
+            )
+        else:
+            result.patch.append(
+                {"op": "add", "path": pointer(*base, "resources"), "value": {"limits": added}}
+            )
+    if names.memory_percentage in merged:
+        path = f"{where}.resources.limits.{names.memory_percentage}"
+        percent = _integer(merged[names.memory_percentage], path)
+        if not 0 <= percent <= 100:
+            raise InvalidParameterError(path, f"{percent} is outside 0..100; use a percentage")
+    env: list[dict[str, str]] = []
+    if names.priority and names.priority in merged:
+        priority = _integer(merged[names.priority], f"{where}.resources.limits.{names.priority}")
+        env.append({"name": TASK_PRIORITY_ENV, "value": str(priority)})
+    if config.gpu_core_policy is not CorePolicy.DEFAULT:
+        env.append({"name": CORE_POLICY_ENV, "value": config.gpu_core_policy.value})
+    if not result.has_gpu and config.overwrite_env:
+        env.append({"name": VISIBLE_DEVICES_ENV, "value": "none"})
+    if env:
+        if container.get("env"):
+            result.patch += [
+                {"op": "add", "path": pointer(*base, "env", "-"), "value": item} for item in env
+            ]
+        else:
+            result.patch.append({"op": "add", "path": pointer(*base, "env"), "value": env})
+    if result.has_gpu:
+        count = _integer(merged[names.count], f"{where}.resources.limits.{names.count}")
+        if names.memory in merged:
+            memory = _integer(merged[names.memory], f"{where}.resources.limits.{names.memory}")
+            result.memory = memory * max(vendor.memory_factor, 1) * count
+        if names.cores in merged:
+            cores = _integer(merged[names.cores], f"{where}.resources.limits.{names.cores}")
+            result.cores = cores * count
+    return result
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    return bool((container.get("securityContext") or {}).get("privileged"))
+
+
+def review_pod(
+    pod: Mapping[str, Any],
+    namespace: str,
+    settings: LegacySettings,
+    quota: NamespaceQuota | None = None,
+) -> AdmissionDecision:
+    """Decide one pod CREATE. `quota` is the namespace's limits and what it already holds."""
+    spec = pod.get("spec") or {}
+    if not spec.get("containers"):
+        return deny("pod has no containers; add at least one container to spec.containers")
+    scheduler = spec.get("schedulerName") or ""
+    ours = settings.scheduler_name
+    if (
+        scheduler
+        and scheduler != ours
+        and (not settings.force_overwrite_default_scheduler or scheduler != DEFAULT_SCHEDULER)
+    ):
+        return allow(message=f"pod is for scheduler {scheduler}; left alone")
+    vendor = settings.nvidia.vendor()
+    names = vendor.resources
+    patch: Patch = []
+    gpu_containers: list[str] = []
+    app_memory = app_cores = init_memory = init_cores = 0
+    try:
+        for key in ("initContainers", "containers"):
+            for index, container in enumerate(spec.get(key) or []):
+                where = f"spec.{key}[{index}]"
+                mutated = _mutate_container(
+                    container, ("spec", key, index), where, vendor, settings
+                )
+                patch += mutated.patch
+                if not mutated.has_gpu:
+                    continue
+                label = container.get("name") or where
+                if _privileged(container):
+                    return deny(
+                        f"container {label} is privileged and requests {names.count}; "
+                        "a privileged container sees every GPU, so remove "
+                        "securityContext.privileged or its GPU resources"
+                    )
+                gpu_containers.append(label)
+                if key == "initContainers":
+                    init_memory = max(init_memory, mutated.memory)
+                    init_cores = max(init_cores, mutated.cores)
+                else:
+                    app_memory += mutated.memory
+                    app_cores += mutated.cores
+    except InvalidParameterError as error:
+        return deny(str(error), 400, "BadRequest")
+    if not gpu_containers:
+        return allow(message="pod requests no GPU resources")
+    if spec.get("nodeName"):
+        return deny(
+            f"pod sets spec.nodeName={spec['nodeName']}, which bypasses GPU scheduling; "
+            f"remove spec.nodeName and let {ours} place the pod"
+        )
+    memory, cores = max(app_memory, init_memory), max(app_cores, init_cores)
+    refusal = _quota_refusal(quota, namespace, memory, cores, names.memory, names.cores)
+    if refusal:
+        return deny(refusal)
+    if scheduler:
+        patch.append({"op": "replace", "path": "/spec/schedulerName", "value": ours})
+    else:
+        patch.append({"op": "add", "path": "/spec/schedulerName", "value": ours})
+    runtime_class = settings.nvidia.runtime_class_name
+    if runtime_class and not spec.get("runtimeClassName"):
+        patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
+    return allow(patch)
+
+
+def _quota_refusal(
+    quota: NamespaceQuota | None,
+    namespace: str,
+    memory: int,
+    cores: int,
+    memory_name: str,
+    cores_name: str,
+) -> str:
+    if quota is None:
+        return ""
+    checks = (
+        (quota.memory_limit_mib, quota.memory_used_mib, memory, memory_name, " MiB"),
+        (quota.cores_limit, quota.cores_used, cores, cores_name, "%"),
+    )
+    for limit, used, asked, name, unit in checks:
+        if limit is not None and used + asked > limit:
+            return (
+                f"namespace {namespace} ResourceQuota limits.{name} is {limit}{unit} with "
+                f"{used}{unit} in use, and this pod asks for {asked}{unit}; lower {name} "
+                "or raise the quota"
+            )
+    return ""

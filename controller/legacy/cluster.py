@@ -1,0 +1,279 @@
+"""The scheduler's view of the cluster: registered nodes, pod usage, quotas, one engine.
+
+Fed by list-and-watch informers (nodes, pods, ResourceQuotas). The engine is
+built from that view once and then kept current: a pod's allocation appearing
+or going is charged to or released from the engine, a node whose devices
+change is replaced in it; only a quota change marks the engine stale, and
+the next Filter rebuilds it. The extender's own placements are recorded when it makes them,
+so the watch echo of its annotation patch finds nothing to change.
+
+It also plays HAMi's part of the handshake: when a node's register annotation
+or allocatable GPU count changes, it writes `Requesting_<now>` on the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from api import hami_annotations as keys
+from api.hami_annotations import AnnotationDecodeError
+from controller.legacy.config import LegacySettings
+from controller.legacy.inventory import (
+    NodeInventory,
+    annotations_of,
+    read_node,
+    requesting_handshake,
+)
+from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
+from controller.legacy.quota import namespace_usage, quota_limits
+from dra_driver.engine.engine import Engine
+from dra_driver.engine.model import DeviceUsage
+from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.requests import PodRequest
+from dra_driver.errors import DriverError
+from dra_driver.kube.informer import Informer, InformerSettings, object_key
+from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
+from dra_driver.runtime import cancel_and_wait
+
+log = logging.getLogger(__name__)
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+QUOTAS = "/api/v1/resourcequotas"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _node_fingerprint(node: Mapping[str, Any], count_resource: str) -> tuple[Any, ...]:
+    """The parts of a node the inventory depends on (the lock annotation is not one)."""
+    annotations = annotations_of(node)
+    allocatable = ((node.get("status") or {}).get("allocatable") or {}).get(count_resource)
+    return (
+        annotations.get(keys.NODE_NVIDIA_REGISTER),
+        annotations.get(keys.NODE_HANDSHAKE),
+        annotations.get(keys.DEVICE_CORDON),
+        annotations.get(keys.NODE_NVIDIA_SCORE),
+        allocatable,
+    )
+
+
+class ClusterState:
+    """Informers plus the derived inventory, allocations and engine."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: LegacySettings,
+        *,
+        clock: Callable[[], datetime] = _now,
+        informer_settings: InformerSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.clock = clock
+        self.vendors = settings.vendors()
+        self.vendor = settings.nvidia.vendor()
+        self.nodes = Informer(client, NODES, handlers=[self._on_node], settings=informer_settings)
+        self.pods = Informer(client, PODS, handlers=[self._on_pod], settings=informer_settings)
+        self.quotas = Informer(
+            client, QUOTAS, handlers=[self._on_quota], settings=informer_settings
+        )
+        self.inventory: dict[str, NodeInventory] = {}
+        self.allocations: dict[str, PodAllocation] = {}
+        self.lock = asyncio.Lock()
+        """Held while a Filter decides and commits, so two pods never get the same share."""
+        self.rebuilds = 0
+        self._fingerprints: dict[str, tuple[Any, ...]] = {}
+        self._engine: Engine | None = None
+        self._handshakes: asyncio.Queue[str] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle
+
+    async def start(self) -> None:
+        """Start the informers and wait until each has listed once."""
+        for informer, name in (
+            (self.nodes, "legacy-nodes"),
+            (self.pods, "legacy-pods"),
+            (self.quotas, "legacy-quotas"),
+        ):
+            self._tasks.append(asyncio.create_task(informer.run(), name=name))
+        self._tasks.append(asyncio.create_task(self._write_handshakes(), name="legacy-handshake"))
+        self._tasks.append(asyncio.create_task(self._refresh_health(), name="legacy-health"))
+        await asyncio.gather(
+            self.nodes.synced.wait(), self.pods.synced.wait(), self.quotas.synced.wait()
+        )
+
+    async def aclose(self) -> None:
+        await cancel_and_wait(self._tasks)
+        self._tasks.clear()
+
+    @property
+    def ready(self) -> bool:
+        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.quotas))
+
+    # -- the engine
+
+    def engine(self) -> Engine:
+        """The current engine, rebuilt first if a node or quota changed."""
+        if self._engine is None:
+            self._engine = self._build_engine()
+            self.rebuilds += 1
+        return self._engine
+
+    def _build_engine(self) -> Engine:
+        nodes = [entry.node for entry in self.inventory.values() if entry.node is not None]
+        usage: dict[str, dict[str, DeviceUsage]] = {}
+        for allocation in self.allocations.values():
+            per_node = usage.setdefault(allocation.placement.node, {})
+            for device, amount in allocation.usage.items():
+                per_node[device] = per_node.get(device, DeviceUsage()).plus(amount)
+        return Engine(
+            nodes,
+            usage,
+            settings=self.settings.engine,
+            vendors=self.vendors,
+            quota=self.quota_ledger(),
+        )
+
+    def quota_ledger(self) -> QuotaLedger:
+        """Quota limits with what each namespace already holds."""
+        limits = quota_limits(self.quotas.store.values(), self.vendor)
+        used = namespace_usage((a.namespace, a.usage) for a in self.allocations.values())
+        for namespace, quota in limits.items():
+            quota.memory_used_mib, quota.cores_used = used.get(namespace, (0, 0))
+        return QuotaLedger({(ns, self.vendor.name): q for ns, q in limits.items()})
+
+    def record(self, allocation: PodAllocation) -> None:
+        """Note an allocation the engine has already been charged with (by Filter)."""
+        self.allocations[allocation.uid] = allocation
+
+    def forget(self, uid: str) -> PodAllocation | None:
+        """Drop a pod's allocation and give its share back to the engine."""
+        allocation = self.allocations.pop(uid, None)
+        if allocation is not None:
+            self._charge(allocation, release=True)
+        return allocation
+
+    def _charge(self, allocation: PodAllocation, *, release: bool) -> None:
+        if self._engine is None:
+            return
+        request = PodRequest(allocation.namespace, allocation.name, ())
+        if release:
+            self._engine.release(request, allocation.placement)
+        else:
+            self._engine.commit(request, allocation.placement)
+
+    def _node_usage(self, name: str) -> dict[str, DeviceUsage]:
+        usage: dict[str, DeviceUsage] = {}
+        for allocation in self.allocations.values():
+            if allocation.placement.node == name:
+                for device, amount in allocation.usage.items():
+                    usage[device] = usage.get(device, DeviceUsage()).plus(amount)
+        return usage
+
+    def node_indices(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {device.id: device.index for device in entry.node.devices}
+            for name, entry in self.inventory.items()
+            if entry.node is not None
+        }
+
+    # -- informer handlers (synchronous, called in order)
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        name = object_key(node)
+        if kind == "DELETED":
+            self._fingerprints.pop(name, None)
+            if self.inventory.pop(name, None) is not None and self._engine is not None:
+                self._engine.remove_node(name)
+            return
+        fingerprint = _node_fingerprint(node, self.vendor.resources.count)
+        previous = self._fingerprints.get(name)
+        if previous == fingerprint:
+            return
+        self._fingerprints[name] = fingerprint
+        if fingerprint[0] is not None and (
+            previous is None or previous[0] != fingerprint[0] or previous[4] != fingerprint[4]
+        ):
+            self._handshakes.put_nowait(name)
+        self._reread(node)
+
+    def _reread(self, node: Mapping[str, Any]) -> None:
+        entry = read_node(
+            node,
+            self.vendor.resources.count,
+            self.vendor.name,
+            self.clock(),
+            self.settings.handshake_timeout,
+        )
+        if entry.problem and entry.register_value is not None:
+            log.warning("node unusable", extra={"node": entry.name, "reason": entry.problem})
+        if self.inventory.get(entry.name) == entry:
+            return
+        self.inventory[entry.name] = entry
+        if self._engine is None:
+            return
+        if entry.node is None:
+            self._engine.remove_node(entry.name)
+        else:
+            self._engine.set_node(entry.node, self._node_usage(entry.name))
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        uid = pod_uid(pod)
+        allocation = None
+        if kind != "DELETED":
+            try:
+                allocation = read_pod_allocation(pod, self.vendor.name, self.node_indices())
+            except AnnotationDecodeError as error:
+                log.warning(
+                    "pod device annotation unreadable; not counted",
+                    extra={"pod": object_key(pod), "error": str(error)},
+                )
+        previous = self.allocations.get(uid)
+        if (
+            previous is not None
+            and allocation is not None
+            and (
+                previous.placement.node == allocation.placement.node
+                and previous.usage == allocation.usage
+            )
+        ):
+            return
+        self.forget(uid)
+        if allocation is not None:
+            self.allocations[uid] = allocation
+            self._charge(allocation, release=False)
+
+    def _on_quota(self, kind: str, quota: dict[str, Any]) -> None:
+        self._engine = None
+
+    # -- handshake and health
+
+    async def _write_handshakes(self) -> None:
+        while True:
+            name = await self._handshakes.get()
+            value = requesting_handshake(self.clock())
+            body = {"metadata": {"annotations": {keys.NODE_HANDSHAKE: value}}}
+            try:
+                await self.client.patch(object_path(NODES, name), body)
+            except NotFoundError:
+                continue
+            except DriverError as error:
+                log.warning("handshake not written", extra={"node": name, "error": str(error)})
+
+    async def _refresh_health(self) -> None:
+        """Handshake age changes with time alone, so re-read every node periodically."""
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            self.refresh_health()
+
+    def refresh_health(self) -> None:
+        for node in list(self.nodes.store.values()):
+            self._reread(node)

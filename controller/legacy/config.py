@@ -1,0 +1,133 @@
+"""HAMi's device config (`device-config.yaml`, key `nvidia:`) and the scheduler's flags.
+
+A cluster that swaps HAMi's scheduler for ours keeps its ConfigMap, so the file
+is read in HAMi's format: camelCase keys under `nvidia:`, other vendors'
+sections and keys this side does not use are ignored. Values are checked and
+a wrong one names its key. Reference: hami-protocol.md §1, §9.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from dra_driver.engine.engine import EngineSettings
+from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter, VendorRegistry
+from dra_driver.errors import InvalidParameterError
+from dra_driver.node_lock import DEFAULT_LOCK_TIMEOUT
+
+DEFAULT_SCHEDULER_NAME = "hami-scheduler"
+"""The chart's `--scheduler-name`."""
+
+
+class CorePolicy(StrEnum):
+    """`gpuCorePolicy`: how libvgpu enforces the core limit."""
+
+    DEFAULT = "default"
+    FORCE = "force"
+    DISABLE = "disable"
+
+
+class NvidiaConfig(BaseModel):
+    """The `nvidia:` section (Go `NvidiaConfig`); defaults are HAMi's."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    resource_count_name: str = Field("nvidia.com/gpu", alias="resourceCountName", min_length=1)
+    resource_memory_name: str = Field("nvidia.com/gpumem", alias="resourceMemoryName", min_length=1)
+    resource_memory_percentage_name: str = Field(
+        "nvidia.com/gpumem-percentage", alias="resourceMemoryPercentageName", min_length=1
+    )
+    resource_core_name: str = Field("nvidia.com/gpucores", alias="resourceCoreName", min_length=1)
+    resource_priority_name: str = Field(
+        "nvidia.com/priority", alias="resourcePriorityName", min_length=1
+    )
+    overwrite_env: bool = Field(False, alias="overwriteEnv")
+    default_memory: int = Field(0, alias="defaultMemory", ge=0, description="MiB per GPU")
+    default_cores: int = Field(0, alias="defaultCores", ge=0, le=100, description="percent")
+    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0)
+    memory_factor: int = Field(1, alias="memoryFactor", ge=1)
+    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
+    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
+    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
+    gpu_core_policy: CorePolicy = Field(CorePolicy.DEFAULT, alias="gpuCorePolicy")
+    runtime_class_name: str = Field("", alias="runtimeClassName")
+
+    def vendor(self) -> VendorAdapter:
+        """The engine's NVIDIA adapter with this config's names and defaults."""
+        return replace(
+            NVIDIA,
+            resources=ResourceNames(
+                count=self.resource_count_name,
+                memory=self.resource_memory_name,
+                memory_percentage=self.resource_memory_percentage_name,
+                cores=self.resource_core_name,
+                priority=self.resource_priority_name,
+            ),
+            memory_factor=self.memory_factor,
+            default_count=self.default_gpu_num,
+            default_memory_mib=self.default_memory,
+            default_cores=self.default_cores,
+        )
+
+
+class DeviceConfig(BaseModel):
+    """The whole file; only the `nvidia:` section is used here."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    nvidia: NvidiaConfig = Field(default_factory=NvidiaConfig)
+
+
+def parse_device_config(document: Any, source: str = "device config") -> DeviceConfig:
+    """Validate a loaded YAML document; an error names the key and the reason."""
+    if document is None:
+        return DeviceConfig()
+    try:
+        return DeviceConfig.model_validate(document)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "document"
+        raise InvalidParameterError(f"{source}: {where}", first["msg"]) from None
+
+
+def load_device_config(path: Path | None) -> DeviceConfig:
+    """Read `device-config.yaml`; None means HAMi's defaults."""
+    if path is None:
+        return DeviceConfig()
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
+    except yaml.YAMLError as error:
+        raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
+    return parse_device_config(document, str(path))
+
+
+@dataclass(frozen=True, slots=True)
+class LegacySettings:
+    """Everything the extender and webhook are told (HAMi's scheduler flags + device config)."""
+
+    device_config: DeviceConfig = field(default_factory=DeviceConfig)
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    node_lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
+    force_overwrite_default_scheduler: bool = True
+    handshake_timeout: timedelta = timedelta(seconds=60)
+    """A Requesting handshake older than this, with no allocatable GPUs, means the node's
+    device plugin is gone (HAMi's CheckHealth)."""
+    health_interval_s: float = 15.0
+    """How often handshake ages are re-evaluated (HAMi's registration ticker)."""
+
+    @property
+    def nvidia(self) -> NvidiaConfig:
+        return self.device_config.nvidia
+
+    def vendors(self) -> VendorRegistry:
+        return VendorRegistry([self.nvidia.vendor()])

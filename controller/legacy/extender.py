@@ -1,0 +1,303 @@
+"""kube-scheduler extender verbs, Filter and Bind, as HAMi's scheduler answers them.
+
+Filter picks one node and the devices for a pod and writes them as pod
+annotations; Bind takes the node lock and binds. Answers use the Go field
+names of `k8s.io/kube-scheduler/extender/v1`. A pod-level problem (a bad
+resource value, an API failure) is answered with `Error`, which kube-scheduler
+retries with backoff; nodes that cannot take the pod go to `FailedNodes`.
+Reference: hami-protocol.md §4.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from api import hami_annotations as keys
+from api.hami_annotations import BindPhase, ContainerDevice, encode_pod_devices
+from controller.legacy.cluster import ClusterState
+from controller.legacy.events import NORMAL, WARNING, EventRecorder
+from controller.legacy.pod_usage import PodAllocation, pod_uid
+from dra_driver.engine.engine import Placement
+from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
+from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.usage import collapse_pod_usage
+from dra_driver.errors import DriverError, InvalidParameterError
+from dra_driver.kube.node_lock import NodeLocker
+from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.pod_workloads import pod_request
+
+log = logging.getLogger(__name__)
+
+FILTERING_SUCCEED = "FilteringSucceed"
+FILTERING_FAILED = "FilteringFailed"
+BINDING_FAILED = "BindingFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class FilterArgs:
+    """ExtenderArgs: the pod and either node names (nodeCacheCapable) or full nodes."""
+
+    pod: Mapping[str, Any]
+    node_names: list[str] | None
+    nodes: list[Mapping[str, Any]] | None
+
+    @property
+    def candidates(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [str((n.get("metadata") or {}).get("name") or "") for n in self.nodes or []]
+
+
+@dataclass(frozen=True, slots=True)
+class BindArgs:
+    """ExtenderBindingArgs."""
+
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+def parse_filter_args(body: object) -> FilterArgs:
+    """Validate ExtenderArgs; an InvalidParameterError names the field."""
+    if not isinstance(body, dict):
+        raise InvalidParameterError("ExtenderArgs", "expected a JSON object")
+    pod = body.get("Pod")
+    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
+        raise InvalidParameterError("Pod", "expected a Pod object with metadata")
+    if not pod["metadata"].get("name"):
+        raise InvalidParameterError("Pod.metadata.name", "is required")
+    names, nodes = body.get("NodeNames"), body.get("Nodes")
+    if names is not None and (
+        not isinstance(names, list) or not all(isinstance(n, str) for n in names)
+    ):
+        raise InvalidParameterError("NodeNames", "expected a list of node names")
+    items = None
+    if nodes is not None:
+        if not isinstance(nodes, dict) or not isinstance(nodes.get("items") or [], list):
+            raise InvalidParameterError("Nodes", "expected a NodeList with items")
+        items = nodes.get("items") or []
+        if not all(isinstance(n, dict) for n in items):
+            raise InvalidParameterError("Nodes.items", "expected Node objects")
+    if names is None and items is None:
+        raise InvalidParameterError("NodeNames", "either NodeNames or Nodes is required")
+    return FilterArgs(pod, names, items)
+
+
+def parse_bind_args(body: object) -> BindArgs:
+    if not isinstance(body, dict):
+        raise InvalidParameterError("ExtenderBindingArgs", "expected a JSON object")
+    values = []
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = body.get(key)
+        if not isinstance(value, str) or not value:
+            raise InvalidParameterError(key, "must be a non-empty string")
+        values.append(value)
+    return BindArgs(*values)
+
+
+def filter_answer(
+    names: list[str] | None = None,
+    failed: Mapping[str, str] | None = None,
+    error: str = "",
+    nodes: list[Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """ExtenderFilterResult with every key kube-scheduler reads."""
+    return {
+        "Nodes": None if nodes is None else {"metadata": {}, "items": nodes},
+        "NodeNames": names,
+        "FailedNodes": dict(failed or {}),
+        "FailedAndUnresolvableNodes": {},
+        "Error": error,
+    }
+
+
+def pod_annotations(placement: Placement, node: str, now: int) -> dict[str, str]:
+    """The annotations HAMi's Filter writes; both device keys carry the same string."""
+    devices = encode_pod_devices(
+        [
+            [ContainerDevice(g.uuid, g.vendor, g.memory_mib, g.cores) for g in container]
+            for container in placement.containers
+        ]
+    )
+    return {
+        keys.VGPU_NODE: node,
+        keys.VGPU_TIME: str(now),
+        keys.VGPU_DEVICES_TO_ALLOCATE: devices,
+        keys.VGPU_DEVICES_ALLOCATED: devices,
+    }
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return f"{metadata.get('namespace') or 'default'}/{metadata.get('name')}"
+
+
+def _pods_path(namespace: str, name: str) -> str:
+    return object_path(f"/api/v1/namespaces/{namespace}/pods", name)
+
+
+class Extender:
+    """Filter and Bind over a ClusterState, writing through a KubeClient."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        state: ClusterState,
+        locker: NodeLocker,
+        events: EventRecorder,
+    ) -> None:
+        self.client = client
+        self.state = state
+        self.locker = locker
+        self.events = events
+
+    def _request(self, pod: Mapping[str, Any]) -> PodRequest:
+        return pod_request(pod, self.state.vendors, admission_defaults=False)
+
+    async def filter(self, args: FilterArgs) -> dict[str, Any]:
+        pod = args.pod
+        try:
+            request = self._request(pod)
+        except InvalidParameterError as error:
+            return filter_answer(error=f"pod {_pod_name(pod)}: {error}")
+        if not request.has_devices():
+            return filter_answer(args.node_names, nodes=args.nodes)
+        if args.nodes is not None:
+            return self._simulate(request, args)
+        return await self._filter(pod, request, args.candidates)
+
+    def _split(self, candidates: list[str]) -> tuple[list[str], dict[str, str]]:
+        usable, failed = [], {}
+        for name in candidates:
+            entry = self.state.inventory.get(name)
+            if entry is None or entry.node is None:
+                failed[name] = entry.problem if entry is not None else NODE_UNREGISTERED
+            else:
+                usable.append(name)
+        return usable, failed
+
+    def _simulate(self, request: PodRequest, args: FilterArgs) -> dict[str, Any]:
+        """Full-Nodes requests: decide, change nothing (HAMi's simulation path)."""
+        usable, failed = self._split(args.candidates)
+        decision = self.state.engine().decide(request, usable)
+        failed.update(decision.failures)
+        if decision.placement is None:
+            return filter_answer(failed=failed, nodes=[])
+        chosen = [
+            n
+            for n in args.nodes or []
+            if (n.get("metadata") or {}).get("name") == decision.placement.node
+        ]
+        return filter_answer(failed=failed, nodes=chosen[:1])
+
+    async def _filter(
+        self, pod: Mapping[str, Any], request: PodRequest, candidates: list[str]
+    ) -> dict[str, Any]:
+        uid = pod_uid(pod)
+        async with self.state.lock:
+            self.state.forget(uid)
+            usable, failed = self._split(candidates)
+            engine = self.state.engine()
+            decision = engine.decide(request, usable)
+            failed.update(decision.failures)
+            placement = decision.placement
+            if placement is not None:
+                engine.commit(request, placement)
+                self.state.record(
+                    PodAllocation(
+                        uid,
+                        request.namespace,
+                        request.name,
+                        placement,
+                        collapse_pod_usage(placement.containers, placement.init_count),
+                    )
+                )
+        if placement is None:
+            message = summarize_failures(failed)
+            log.info("no node fits", extra={"pod": _pod_name(pod), "reasons": failed})
+            await self.events.pod_event(pod, WARNING, FILTERING_FAILED, message)
+            return filter_answer([], failed)
+        node = placement.node
+        body = {
+            "metadata": {
+                "annotations": pod_annotations(placement, node, int(time.time())),
+                "labels": {keys.VGPU_NODE: node},
+            }
+        }
+        try:
+            await self.client.patch(_pods_path(request.namespace, request.name), body)
+        except DriverError as error:
+            async with self.state.lock:
+                self.state.forget(uid)
+            log.warning(
+                "pod annotations not written", extra={"pod": _pod_name(pod), "error": str(error)}
+            )
+            return filter_answer(error=f"pod {_pod_name(pod)}: writing the allocation: {error}")
+        await self.events.pod_event(
+            pod, NORMAL, FILTERING_SUCCEED, f"Successfully filtered to node {node}"
+        )
+        log.info("pod filtered", extra={"pod": _pod_name(pod), "node": node})
+        return filter_answer([node])
+
+    async def bind(self, args: BindArgs) -> dict[str, Any]:
+        name = f"{args.pod_namespace}/{args.pod_name}"
+        try:
+            pod = await self.client.get(_pods_path(args.pod_namespace, args.pod_name))
+        except DriverError as error:
+            return {"Error": f"pod {name}: {error}"}
+        if (pod.get("metadata") or {}).get("uid") != args.pod_uid:
+            return {"Error": f"pod {name}: uid is not {args.pod_uid}; the pod was replaced"}
+        try:
+            needs_lock = self._request(pod).has_devices()
+        except InvalidParameterError as error:
+            return {"Error": f"pod {name}: {error}"}
+        try:
+            if needs_lock:
+                await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)
+        except DriverError as error:
+            await self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            return {"Error": f"pod {name}: {error}"}
+        try:
+            await self._bind(args)
+        except DriverError as error:
+            await self._undo(args, needs_lock)
+            await self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            log.warning("bind failed", extra={"pod": name, "node": args.node, "error": str(error)})
+            return {"Error": f"pod {name}: binding to {args.node}: {error}"}
+        log.info("pod bound", extra={"pod": name, "node": args.node})
+        return {"Error": ""}
+
+    async def _bind(self, args: BindArgs) -> None:
+        path = _pods_path(args.pod_namespace, args.pod_name)
+        phase = {
+            keys.BIND_PHASE: BindPhase.ALLOCATING.value,
+            keys.BIND_TIME: str(int(time.time())),
+        }
+        await self.client.patch(path, {"metadata": {"annotations": phase}})
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {
+                "name": args.pod_name,
+                "namespace": args.pod_namespace,
+                "uid": args.pod_uid,
+            },
+            "target": {"apiVersion": "v1", "kind": "Node", "name": args.node},
+        }
+        await self.client.create(f"{path}/binding", binding)
+
+    async def _undo(self, args: BindArgs, locked: bool) -> None:
+        if not locked:
+            return
+        try:
+            await self.locker.release(args.node, args.pod_namespace, args.pod_name)
+        except DriverError as error:
+            log.warning(
+                "node lock not released after a failed bind",
+                extra={"node": args.node, "pod": args.pod_name, "error": str(error)},
+            )

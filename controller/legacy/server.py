@@ -1,0 +1,224 @@
+"""The legacy scheduler process: extender and/or webhook over one aiohttp server.
+
+`POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `GET
+/healthz` (the process answers) and `GET /readyz` (the caches have listed).
+Bodies are limited to 1 MiB (413 beyond). Malformed input is answered with a
+4xx and a message naming the field, never a stack trace; TLS is optional
+(certificate and key files). Reference: hami-protocol.md §4, §6.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from controller.legacy.admission import AdmissionDecision, allow, review_pod
+from controller.legacy.cluster import ClusterState
+from controller.legacy.config import LegacySettings
+from controller.legacy.events import EventRecorder
+from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
+from dra_driver.errors import InvalidParameterError
+from dra_driver.kube.node_lock import NodeLocker
+from dra_driver.kube.rest import KubeClient
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 1 << 20
+REVIEW_API_VERSION = "admission.k8s.io/v1"
+REVIEW_KIND = "AdmissionReview"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """Where and what to serve."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    extender: bool = True
+    webhook: bool = True
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.tls_cert is None and self.tls_key is None:
+            return None
+        if self.tls_cert is None or self.tls_key is None:
+            raise InvalidParameterError("--tls-cert/--tls-key", "give both or neither")
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        except (OSError, ssl.SSLError) as error:
+            raise InvalidParameterError("--tls-cert/--tls-key", f"cannot load: {error}") from None
+        return context
+
+
+def _bad_request(message: str, key: str = "Error") -> web.Response:
+    return web.json_response({key: message}, status=400)
+
+
+async def _json_body(request: web.Request) -> Any:
+    """The request's JSON document; a 400 (or aiohttp's 413) when it is not one."""
+    raw = await request.read()
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise web.HTTPBadRequest(
+            text=json.dumps({"Error": f"request body is not JSON: {error}"}),
+            content_type="application/json",
+        ) from None
+
+
+def admission_response(uid: str, decision: AdmissionDecision) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if decision.allowed and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(decision.patch).encode()).decode()
+    if not decision.allowed:
+        response["status"] = {
+            "code": decision.code,
+            "reason": decision.reason,
+            "message": decision.message,
+        }
+    return {"apiVersion": REVIEW_API_VERSION, "kind": REVIEW_KIND, "response": response}
+
+
+class LegacyServer:
+    """One process serving the extender and/or webhook over a shared ClusterState."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: LegacySettings,
+        serve: ServeSettings,
+        state: ClusterState | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.serve = serve
+        self.state = state or ClusterState(client, settings)
+        self.extender = Extender(
+            client,
+            self.state,
+            NodeLocker(client, timeout=settings.node_lock_timeout),
+            EventRecorder(client, settings.scheduler_name),
+        )
+        self._runner: web.AppRunner | None = None
+        self.port = serve.port
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        if self.serve.extender:
+            app.router.add_post("/filter", self._guard(self._filter))
+            app.router.add_post("/bind", self._guard(self._bind))
+        if self.serve.webhook:
+            app.router.add_post("/webhook", self._webhook)
+        return app
+
+    async def start(self) -> None:
+        context = self.serve.ssl_context()
+        await self.state.start()
+        self._runner = web.AppRunner(self.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.serve.host, self.serve.port, ssl_context=context)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        log.info(
+            "legacy scheduler serving",
+            extra={"host": self.serve.host, "port": self.port, "tls": context is not None},
+        )
+
+    async def aclose(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self.state.aclose()
+
+    async def __aenter__(self) -> LegacyServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    @staticmethod
+    def _guard(
+        handler: Callable[[Any], Awaitable[dict[str, Any]]],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """Parse the body, map a bad document to 400 with the field that is wrong."""
+
+        async def wrapped(request: web.Request) -> web.Response:
+            body = await _json_body(request)
+            try:
+                return web.json_response(await handler(body))
+            except InvalidParameterError as error:
+                return _bad_request(str(error))
+
+        return wrapped
+
+    async def _filter(self, body: Any) -> dict[str, Any]:
+        return await self.extender.filter(parse_filter_args(body))
+
+    async def _bind(self, body: Any) -> dict[str, Any]:
+        return await self.extender.bind(parse_bind_args(body))
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        if self.state.ready:
+            return web.Response(text="ok")
+        return web.Response(text="caches not synced", status=503)
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        body = await _json_body(request)
+        review = body.get("request") if isinstance(body, dict) else None
+        if (
+            not isinstance(body, dict)
+            or body.get("apiVersion") != REVIEW_API_VERSION
+            or body.get("kind") != REVIEW_KIND
+            or not isinstance(review, dict)
+            or not isinstance(review.get("uid"), str)
+        ):
+            return _bad_request(
+                f"expected an {REVIEW_KIND} {REVIEW_API_VERSION} with request.uid", "error"
+            )
+        uid = review["uid"]
+        pod = review.get("object")
+        resource_kind = review.get("kind")
+        kind = resource_kind.get("kind") if isinstance(resource_kind, dict) else None
+        if kind not in (None, "Pod") or review.get("operation", "CREATE") != "CREATE":
+            return web.json_response(admission_response(uid, allow()))
+        if not isinstance(pod, dict):
+            return _bad_request("request.object must be a Pod", "error")
+        namespace = review.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
+        quota = self.state.quota_ledger().quotas.get((namespace, self.state.vendor.name))
+        decision = review_pod(pod, namespace, self.settings, quota)
+        if not decision.allowed:
+            log.info("pod denied", extra={"namespace": namespace, "reason": decision.message})
+        return web.json_response(admission_response(uid, decision))
+
+
+async def serve_legacy(
+    settings: LegacySettings,
+    serve: ServeSettings,
+    kubeconfig: Path | None,
+    stop: asyncio.Event,
+) -> None:
+    """Run until `stop` is set (the CLI's entry point)."""
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        async with LegacyServer(client, settings, serve):
+            await stop.wait()
+    finally:
+        await client.aclose()

@@ -1,0 +1,148 @@
+"""Taking and releasing HAMi's node lock on the API server.
+
+The rules are in `dra_driver.node_lock` (pure); this module reads the node,
+asks whether a contending holder still exists, and writes with the node's
+resourceVersion as precondition, so two writers never both believe they hold
+the lock. A conflict or a lost answer is retried a few times with doubling
+pauses, as HAMi does (5 tries, 100 ms doubling); a retry that finds the pod's
+own lock treats it as held, which is how a lost patch response is survived.
+Used by the extender's Bind and by the device plugin's Allocate (release).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from api.hami_annotations import NODE_LOCK
+from dra_driver.kube.rest import (
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+    TransientApiError,
+    object_path,
+)
+from dra_driver.node_lock import (
+    DEFAULT_LOCK_TIMEOUT,
+    LockState,
+    NodeLockError,
+    lock_value,
+    may_acquire,
+    may_release,
+    view_lock,
+)
+
+log = logging.getLogger(__name__)
+
+NODES = "/api/v1/nodes"
+ATTEMPTS = 5
+FIRST_PAUSE_S = 0.1
+TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class NodeLocker:
+    """Acquire/release `hami.io/mutex.lock` for one pod at a time."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        timeout: timedelta = DEFAULT_LOCK_TIMEOUT,
+        clock: Callable[[], datetime] = _now,
+        attempts: int = ATTEMPTS,
+        first_pause_s: float = FIRST_PAUSE_S,
+    ) -> None:
+        self.client = client
+        self.timeout = timeout
+        self.clock = clock
+        self.attempts = attempts
+        self.first_pause_s = first_pause_s
+
+    async def acquire(self, node: str, namespace: str, pod: str) -> None:
+        """Hold the lock of `node` for `namespace/pod`, or raise NodeLockError."""
+        await self._retry(node, lambda: self._try_acquire(node, namespace, pod))
+
+    async def release(self, node: str, namespace: str, pod: str) -> bool:
+        """Remove the lock if this pod holds it (or it has no owner); True if removed."""
+        removed = [False]
+
+        async def attempt() -> None:
+            removed[0] = await self._try_release(node, namespace, pod)
+
+        await self._retry(node, attempt)
+        return removed[0]
+
+    async def _retry(self, node: str, attempt: Callable[[], Any]) -> None:
+        pause = self.first_pause_s
+        for number in range(1, self.attempts + 1):
+            try:
+                await attempt()
+                return
+            except (ConflictError, TransientApiError) as error:
+                if number == self.attempts:
+                    raise NodeLockError(
+                        node, f"lock not written after {self.attempts} tries: {error}"
+                    ) from error
+                log.info("node lock write retried", extra={"node": node, "error": str(error)})
+                await asyncio.sleep(pause)
+                pause *= 2
+
+    async def _try_acquire(self, node: str, namespace: str, pod: str) -> None:
+        current = await self._get_node(node)
+        metadata = current.get("metadata") or {}
+        value = (metadata.get("annotations") or {}).get(NODE_LOCK)
+        now = self.clock()
+        view = view_lock(node, value, namespace, pod, now, self.timeout)
+        if view.state is LockState.OWN:
+            return
+        alive = True
+        if view.state is LockState.CONTENDED and view.holder is not None:
+            alive = await self._pod_alive(view.holder.namespace, view.holder.pod)
+        if not may_acquire(view, alive):
+            raise NodeLockError(
+                node,
+                f"{view.describe()}; binding waits until that pod is allocated "
+                f"or the lock is older than {self.timeout}",
+            )
+        if view.state is not LockState.FREE:
+            log.info(
+                "taking over node lock",
+                extra={"node": node, "pod": f"{namespace}/{pod}", "was": view.describe()},
+            )
+        await self._write(node, metadata.get("resourceVersion"), lock_value(namespace, pod, now))
+
+    async def _try_release(self, node: str, namespace: str, pod: str) -> bool:
+        current = await self._get_node(node)
+        metadata = current.get("metadata") or {}
+        value = (metadata.get("annotations") or {}).get(NODE_LOCK)
+        if not may_release(node, value, namespace, pod):
+            return False
+        await self._write(node, metadata.get("resourceVersion"), None)
+        return True
+
+    async def _get_node(self, node: str) -> dict[str, Any]:
+        try:
+            return await self.client.get(object_path(NODES, node))
+        except NotFoundError as error:
+            raise NodeLockError(node, "node not found") from error
+
+    async def _pod_alive(self, namespace: str, pod: str) -> bool:
+        path = object_path(f"/api/v1/namespaces/{namespace}/pods", pod)
+        try:
+            holder = await self.client.get(path)
+        except NotFoundError:
+            return False
+        return (holder.get("status") or {}).get("phase") not in TERMINATED_PHASES
+
+    async def _write(self, node: str, resource_version: str | None, value: str | None) -> None:
+        body = {
+            "metadata": {"resourceVersion": resource_version, "annotations": {NODE_LOCK: value}}
+        }
+        await self.client.patch(object_path(NODES, node), body)
