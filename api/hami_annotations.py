@@ -309,7 +309,12 @@ _POD_SEPARATORS = frozenset(",:;")
 
 @dataclass(frozen=True, slots=True)
 class ContainerDevice:
-    """One device a container was given: `usedmem` in MiB, `usedcores` in percent."""
+    """One device a container was given: `usedmem` in MiB, `usedcores` in percent.
+
+    Anything HAMi's encoder can write is accepted, so every value its
+    `ContainerDevice` (int32 amounts, possibly empty strings) holds round-trips;
+    only a separator inside a string is refused, since no decoder could split it back.
+    """
 
     uuid: str
     type: str
@@ -319,10 +324,10 @@ class ContainerDevice:
     def __post_init__(self) -> None:
         for name in ("uuid", "type"):
             text = getattr(self, name)
-            if not isinstance(text, str) or not text or _POD_SEPARATORS & set(text):
-                raise ValueError(f"{name} must be a non-empty string without ',', ':' or ';'")
-        _check_int("usedmem", self.usedmem, (0, _INT32[1]))
-        _check_int("usedcores", self.usedcores, (0, _INT32[1]))
+            if not isinstance(text, str) or _POD_SEPARATORS & set(text):
+                raise ValueError(f"{name} must be a string without ',', ':' or ';'")
+        _check_int("usedmem", self.usedmem, _INT32)
+        _check_int("usedcores", self.usedcores, _INT32)
 
 
 # One list per container, init containers first; a container without devices is empty.
@@ -343,7 +348,10 @@ def decode_pod_devices(value: str, annotation: str = VGPU_DEVICES_TO_ALLOCATE) -
     Go's `DecodePodDevices` splits on `;` and so also returns an empty entry
     after the final terminator; here the terminator ends the last container
     and yields nothing. A last container written without its `;` is still
-    read. Like Go, a device may carry fields after the fourth; they are ignored.
+    read. Like Go, a device may carry fields after the fourth; they are ignored,
+    and an empty uuid or type is kept. Stricter than Go: a segment with fewer
+    than four fields is an error (Go skips one without a comma), and numbers
+    must be int32 written as Go's ParseInt reads them.
     """
     if not value:
         return []
@@ -362,14 +370,8 @@ def _decode_container_devices(value: str, annotation: str) -> list[ContainerDevi
         if len(items) < 4:
             raise AnnotationDecodeError(annotation, f"device {segment!r} has fewer than 4 fields")
         where = f"device {items[0]!r}"
-        if not items[0]:
-            raise AnnotationDecodeError(annotation, f"device {segment!r} has no UUID")
-        if not items[1]:
-            raise AnnotationDecodeError(annotation, f"{where} has no type")
         usedmem = _go_atoi(items[2], _INT32, annotation, f"{where} memory")
         usedcores = _go_atoi(items[3], _INT32, annotation, f"{where} cores")
-        if usedmem < 0 or usedcores < 0:
-            raise AnnotationDecodeError(annotation, f"{where} memory and cores must be >= 0")
         devices.append(ContainerDevice(items[0], items[1], usedmem, usedcores))
     return devices
 

@@ -75,6 +75,7 @@ def as_json(explanation: Explanation) -> dict[str, Any]:
         "node": placement.node if placement else None,
         "containers": [],
         "reasons": dict(sorted(explanation.decision.failures.items())),
+        "dropped": list(explanation.request.dropped),
     }
     if placement is None:
         result["summary"] = summarize_failures(explanation.decision.failures)
@@ -118,6 +119,9 @@ def as_text(explanation: Explanation) -> str:
     else:
         lines.append(f"{data['workload']} fits nowhere: {data['summary']}")
     lines.extend(f"  {node}: {reason}" for node, reason in data["reasons"].items())
+    if data["dropped"]:
+        lines.append("requests ignored, as HAMi ignores them:")
+        lines.extend(f"  {why}" for why in data["dropped"])
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ failure explanation needs anyway.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -31,10 +32,12 @@ from dra_driver.engine.policy import (
     parse_node_policy,
 )
 from dra_driver.engine.quota import QuotaLedger
-from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES
+from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES, NODE_UNREGISTERED
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
 from dra_driver.engine.vendors import VendorRegistry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +78,12 @@ class NodeState:
             for d in node.devices
             for u in (usage.get(d.id, DeviceUsage()),)
         ]
+        stale = usage.keys() - {d.id for d in node.devices}
+        if stale:
+            log.debug(
+                "usage of devices the inventory no longer has is ignored",
+                extra={"node": node.name, "devices": sorted(stale)},
+            )
         self.score = 0.0
         self.headroom: list[tuple[int, int, int]] = []
         self.rescore()
@@ -170,6 +179,12 @@ class Engine:
         self.quota = quota
         usage = usage or {}
         self._states = {node.name: NodeState(node, usage.get(node.name, {})) for node in nodes}
+        stale_nodes = usage.keys() - self._states.keys()
+        if stale_nodes:
+            log.debug(
+                "usage on nodes the inventory does not have is ignored",
+                extra={"nodes": sorted(stale_nodes)},
+            )
         self._order = sorted((state.score, name) for name, state in self._states.items())
         self._default_gpu_policy = parse_gpu_policy(self.settings.gpu_policy)
         parse_node_policy(self.settings.node_policy)
@@ -217,7 +232,7 @@ class Engine:
                 failures[name] = outcome
         if allowed is not None:
             for name in sorted(allowed - self._states.keys()):
-                failures[name] = "NodeNotRegistered"
+                failures[name] = NODE_UNREGISTERED
         return Decision(chosen, failures)
 
     def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
@@ -235,21 +250,66 @@ class Engine:
         self._charge(pod, placement, sign=-1)
 
     def _charge(self, pod: PodRequest, placement: Placement, sign: int) -> None:
-        state = self._states[placement.node]
+        """Add (sign 1) or remove (sign -1) a placement's usage.
+
+        Placements also come from live objects (claims, pod annotations) that
+        outlive devices and nodes; their share on a device or node the
+        inventory no longer has is skipped with a debug log, while the quota
+        still counts what the namespace holds.
+        """
         per_device = collapse_pod_usage(placement.containers, placement.init_count)
-        by_id = {slot.device.id: slot for slot in state.slots}
-        for device_id, usage in per_device.items():
-            slot = by_id[device_id]
-            slot.used += sign * usage.used
-            slot.memory += sign * usage.memory_mib
-            slot.cores += sign * usage.cores
         if self.quota is not None:
             for vendor, (memory, cores) in _vendor_totals(per_device, placement).items():
                 self.quota.charge(pod.namespace, vendor, sign * memory, sign * cores)
-        position = bisect.bisect_left(self._order, (state.score, state.node.name))
-        del self._order[position]
+        state = self._states.get(placement.node)
+        if state is None:
+            log.debug(
+                "usage on a node the inventory does not have is ignored",
+                extra={"node": placement.node, "pod": f"{pod.namespace}/{pod.name}"},
+            )
+            return
+        by_id = {slot.device.id: slot for slot in state.slots}
+        stale = []
+        for device_id, usage in per_device.items():
+            slot = by_id.get(device_id)
+            if slot is None:
+                stale.append(device_id)
+                continue
+            slot.used += sign * usage.used
+            slot.memory += sign * usage.memory_mib
+            slot.cores += sign * usage.cores
+        if stale:
+            log.debug(
+                "usage of devices the inventory no longer has is ignored",
+                extra={
+                    "node": placement.node,
+                    "pod": f"{pod.namespace}/{pod.name}",
+                    "devices": sorted(stale),
+                },
+            )
+        self._forget_order(state)
         state.rescore()
         bisect.insort(self._order, (state.score, state.node.name))
+
+    def set_node(self, node: Node, usage: Mapping[str, DeviceUsage] | None = None) -> None:
+        """Add a node, or replace its inventory (devices, cordons, pair scores) and
+        usage, e.g. when its ResourceSlices or register annotation change.
+
+        `usage` maps device id to what is already granted there (nothing when None).
+        """
+        self.remove_node(node.name)
+        state = NodeState(node, usage or {})
+        self._states[node.name] = state
+        bisect.insort(self._order, (state.score, node.name))
+
+    def remove_node(self, name: str) -> None:
+        """Forget a node (deleted, or its devices unpublished); unknown names are ignored."""
+        state = self._states.pop(name, None)
+        if state is not None:
+            self._forget_order(state)
+
+    def _forget_order(self, state: NodeState) -> None:
+        del self._order[bisect.bisect_left(self._order, (state.score, state.node.name))]
 
     def _preference(self, node_policy: str) -> Iterable[str]:
         """Node names best-first: binpack prefers the highest score, spread the

@@ -8,7 +8,7 @@ A faithful port of the rules of HAMi's NVIDIA `Fit` and `fitInDevices`
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -81,9 +81,9 @@ def type_allowed(filters: DeviceFilters, device: Device) -> bool:
 
 
 def uuid_allowed(filters: DeviceFilters, device_id: str) -> bool:
-    """HAMi's CheckUUID: the include list wins when both are given."""
-    if filters.use_uuids:
-        return device_id in filters.use_uuids
+    """HAMi's CheckUUID: both lists apply, so a device named in both is refused."""
+    if filters.use_uuids and device_id not in filters.use_uuids:
+        return False
     return device_id not in filters.no_use_uuids
 
 
@@ -239,12 +239,11 @@ def _quota_allows(
 
 
 def _choose_by_topology(
-    picks: list[Grant], wanted: int, scores_of: Callable[[str], dict[str, int] | None]
+    picks: list[Grant], wanted: int, scores_of: Callable[[str], Mapping[str, int] | None]
 ) -> list[Grant]:
-    """topology-aware: one card → the worst-connected; several → the best-linked set.
-
-    HAMi keeps the first candidate on ties. Where no set scores above zero HAMi
-    returns an empty set (a bug that grants nothing); we keep the first set.
+    """topology-aware: one card -> the worst-connected; several -> the set with
+    the highest sum of pair scores, even when every sum is negative. As in
+    HAMi, the first candidate wins a tie (candidates in the order Fit took them).
     """
 
     def pair(a: Grant, b: Grant) -> int:
@@ -255,10 +254,10 @@ def _choose_by_topology(
     if wanted == 1:
         totals = [sum(pair(a, b) for b in picks if b.uuid != a.uuid) for a in picks]
         return [picks[totals.index(min(totals))]]
-    best: tuple[Grant, ...] | None = None
+    best: tuple[Grant, ...] = ()
     best_score = 0
     for combo in combinations(picks, wanted):
         score = sum(pair(combo[i], b) for i in range(len(combo)) for b in combo[i + 1 :])
-        if score > best_score:
+        if not best or score > best_score:
             best, best_score = combo, score
-    return list(best) if best is not None else list(next(combinations(picks, wanted)))
+    return list(best)

@@ -22,14 +22,14 @@ NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
 ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
 RESOURCE_QUOTA_NOT_FIT = "ResourceQuotaNotFit"
 NODE_HAS_NO_DEVICES = "NodeHasNoDevices"
+NODE_UNREGISTERED = "node unregistered"
+"""HAMi's FailedNodes text for a candidate node the engine has no inventory for."""
 
 
 def format_reason(counts: Mapping[str, int], cards: int) -> str:
-    """HAMi's GenReason, with entries sorted by name so output is deterministic.
-
-    Go iterates a map here, so HAMi's order is random; sorting changes only order.
-    """
-    return ", ".join(f"{counts[name]}/{cards} {name}" for name in sorted(counts))
+    """HAMi's GenReason: `k/N Reason` entries sorted as whole strings (Go's
+    sort.Strings, byte order), so `10/16 X` comes before `2/16 A`."""
+    return ", ".join(sorted(f"{counts[name]}/{cards} {name}" for name in counts))
 
 
 def parse_reason(reason: str) -> list[str]:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from typing import NoReturn
 
+from api.hami_annotations import DEVICE_SCORING_WEIGHTS
 from dra_driver.errors import InvalidParameterError
 
 MEMORY_PERCENT_UNSET = 101
@@ -56,7 +60,11 @@ ContainerRequest = tuple[DeviceRequest, ...]
 
 @dataclass(frozen=True, slots=True)
 class ScoringWeights:
-    """`hami.io/device-scoring-weights`: how much slots, cores, memory count."""
+    """`hami.io/device-scoring-weights`: how much slots, cores, memory count.
+
+    HAMi reads whole, non-negative numbers; the fields stay typed as floats so
+    callers that build weights directly keep working.
+    """
 
     slot: float = 1.0
     core: float = 1.0
@@ -64,32 +72,55 @@ class ScoringWeights:
 
 
 DEFAULT_WEIGHTS = ScoringWeights()
+SCORING_WEIGHT_KEYS = ("slot", "core", "memory")
+_GO_INT64 = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def parse_scoring_weights(value: str | None) -> ScoringWeights:
-    """Parse `slot=1,core=2,memory=0.5`; missing keys keep their default of 1."""
-    if value is None or not value.strip():
+    """Parse the annotation as HAMi's ParseDeviceScoringWeights does.
+
+    Absent (None) means `slot=1,core=1,memory=1`. Otherwise all three keys are
+    required, each once, as `key=integer` with spaces allowed around both;
+    every refusal carries HAMi's own message, because that message is what
+    fails the pod's scheduling in HAMi and what users search for.
+    """
+    if value is None:
         return DEFAULT_WEIGHTS
-    weights = {"slot": 1.0, "core": 1.0, "memory": 1.0}
-    for item in value.split(","):
-        key, sep, number = item.partition("=")
-        key = key.strip()
-        if not sep or key not in weights:
-            raise InvalidParameterError(
-                "hami.io/device-scoring-weights", f"expected slot=,core=,memory= but got {item!r}"
-            )
-        try:
-            weight = float(number)
-        except ValueError:
-            raise InvalidParameterError(
-                "hami.io/device-scoring-weights", f"{key} weight {number!r} is not a number"
-            ) from None
+    parts = value.split(",")
+    if len(parts) != len(SCORING_WEIGHT_KEYS):
+        _refuse_weights(value, "expected slot, core, and memory weights")
+    weights: dict[str, int] = {}
+    for part in parts:
+        key, sep, number = part.strip().partition("=")
+        if not sep:
+            _refuse_weights(value, "expected key=value entries")
+        key, number = key.strip(), number.strip()
+        if key in weights:
+            _refuse_weights(value, f"duplicate {_go_quote(key)} weight")
+        if not _GO_INT64.fullmatch(number) or not _INT64[0] <= int(number) <= _INT64[1]:
+            _refuse_weights(value, f"{_go_quote(key)} weight must be an integer")
+        weight = int(number)
         if weight < 0:
-            raise InvalidParameterError(
-                "hami.io/device-scoring-weights", f"{key} weight must not be negative"
-            )
+            _refuse_weights(value, f"{_go_quote(key)} weight must not be negative")
+        if key not in SCORING_WEIGHT_KEYS:
+            _refuse_weights(value, f"unknown weight {_go_quote(key)}")
         weights[key] = weight
+    if not any(weights.values()):
+        _refuse_weights(value, "at least one weight must be positive")
     return ScoringWeights(**weights)
+
+
+def _refuse_weights(value: str, why: str) -> NoReturn:
+    raise InvalidParameterError(
+        f"metadata.annotations[{DEVICE_SCORING_WEIGHTS}]",
+        f"invalid {DEVICE_SCORING_WEIGHTS} annotation {_go_quote(value)}: {why}",
+    )
+
+
+def _go_quote(text: str) -> str:
+    """Go's %q for the text people put in annotations (printable, quotes escaped)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +138,10 @@ class PodRequest:
     gpu_policy: str | None = None
     node_policy: str | None = None
     weights: ScoringWeights = DEFAULT_WEIGHTS
+    dropped: tuple[str, ...] = ()
+    """Requests HAMi ignores instead of failing the pod (e.g. a `gpumem` that is not
+    a whole MiB count in int32 range), each as `field: why`, so `explain` and
+    the extender can tell the user why a container got no device."""
 
     @property
     def all_containers(self) -> tuple[ContainerRequest, ...]:

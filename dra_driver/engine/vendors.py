@@ -16,7 +16,11 @@ from dra_driver.errors import InvalidParameterError
 
 @dataclass(frozen=True, slots=True)
 class ResourceNames:
-    """Extended-resource names a pod uses for this vendor (HAMi's NvidiaConfig)."""
+    """Extended-resource names a pod uses for this vendor (HAMi's NvidiaConfig).
+
+    An empty name means the deployment leaves that resource unconfigured, as
+    HAMi's config allows; requests then never read it.
+    """
 
     count: str
     memory: str

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from engine_helpers import engine, gpu, node, pod, req
 
 from dra_driver.engine import reasons
+from dra_driver.engine.engine import Placement
+from dra_driver.engine.fit import Grant
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.requests import DeviceFilters
@@ -200,10 +204,73 @@ def test_node_without_devices_gets_a_reason():
     assert only_reason(engine(Node("n", ())), pod(req(memory=1))) == "NodeHasNoDevices"
 
 
-def test_unknown_candidate_is_reported_not_registered():
+def test_unknown_candidate_is_reported_as_hami_reports_it():
     decision = engine(node("n", 1)).decide(pod(req(memory=1)), candidates=["ghost"])
     assert decision.placement is None
-    assert decision.failures == {"ghost": "NodeNotRegistered"}
+    assert decision.failures == {"ghost": "node unregistered"}
+
+
+def test_reason_entries_sort_as_whole_strings():
+    assert reasons.format_reason({"CardCordoned": 2, "CardInsufficientMemory": 10}, 12) == (
+        "10/12 CardInsufficientMemory, 2/12 CardCordoned"
+    )
+    devices = tuple(gpu(i, memory=1000) for i in range(12))
+    n = node("n", devices=devices, cordoned=frozenset({"GPU-n-0", "GPU-n-1"}))
+    assert only_reason(engine(n), pod(req(memory=2000))) == (
+        "10/12 CardInsufficientMemory, 2/12 CardCordoned"
+    )
+
+
+def test_uuid_use_and_nouse_lists_both_apply():
+    n = node("n", 3)
+    both = DeviceFilters(use_uuids=("GPU-n-0", "GPU-n-1"), no_use_uuids=("GPU-n-1",))
+    placed = engine(n).decide(pod(req(memory=1, filters=both))).placement
+    assert placed.containers[0][0].uuid == "GPU-n-0"
+    refused = DeviceFilters(use_uuids=("GPU-n-0",), no_use_uuids=("GPU-n-0",))
+    assert only_reason(engine(n), pod(req(memory=1, filters=refused))) == "3/3 CardUuidMismatch"
+
+
+def test_usage_for_devices_and_nodes_the_inventory_lacks_is_ignored(caplog):
+    usage = {
+        "n": {"GPU-n-0": DeviceUsage(1, 1000, 10), "GPU-gone": DeviceUsage(3, 3000, 30)},
+        "gone-node": {"GPU-x": DeviceUsage(1, 1, 1)},
+    }
+    with caplog.at_level(logging.DEBUG, logger="dra_driver.engine.engine"):
+        eng = engine(node("n", 1), usage=usage)
+    slot = eng.node_state("n").slots[0]
+    assert (slot.used, slot.memory, slot.cores) == (1, 1000, 10)
+    logged = {
+        (r.getMessage(), tuple(getattr(r, "devices", getattr(r, "nodes", ()))))
+        for r in caplog.records
+    }
+    assert ("usage of devices the inventory no longer has is ignored", ("GPU-gone",)) in logged
+    assert ("usage on nodes the inventory does not have is ignored", ("gone-node",)) in logged
+
+
+def test_placements_naming_stale_devices_charge_only_known_ones(caplog):
+    eng = engine(node("n", 1))
+    stale = Placement(
+        node="n",
+        containers=(
+            (Grant("GPU-n-0", "NVIDIA", 500, 5, 0), Grant("GPU-gone", "NVIDIA", 700, 7, 1)),
+        ),
+        score=0.0,
+    )
+    elsewhere = Placement(
+        node="gone-node", containers=((Grant("GPU-x", "NVIDIA", 1, 1, 0),),), score=0.0
+    )
+    workload = pod(req(count=2, memory=1))
+    with caplog.at_level(logging.DEBUG, logger="dra_driver.engine.engine"):
+        eng.commit(workload, stale)
+        eng.commit(workload, elsewhere)
+        slot = eng.node_state("n").slots[0]
+        assert (slot.used, slot.memory, slot.cores) == (1, 500, 5)
+        eng.release(workload, stale)
+        eng.release(workload, elsewhere)
+    assert (slot.used, slot.memory, slot.cores) == (0, 0, 0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("usage of devices the inventory no longer has is ignored") == 2
+    assert messages.count("usage on a node the inventory does not have is ignored") == 2
 
 
 @pytest.mark.parametrize("value", ["binpak", "spread,fastest"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from engine_helpers import engine, gpu, node, pod, req
 
@@ -134,10 +136,36 @@ def test_scoring_weights_change_the_preferred_card():
     assert first_uuid(eng.decide(memory_heavy)) == "GPU-n-1"
 
 
-def test_parse_scoring_weights():
-    assert parse_scoring_weights("slot=2,memory=0.5") == ScoringWeights(2, 1, 0.5)
-    with pytest.raises(InvalidParameterError, match="device-scoring-weights"):
-        parse_scoring_weights("gpu=1")
+def test_scoring_weights_absent_are_equal_and_spaces_are_allowed():
+    assert parse_scoring_weights(None) == ScoringWeights(1, 1, 1)
+    assert parse_scoring_weights(" memory = 3, slot = 1, core = 0 ") == ScoringWeights(1, 0, 3)
+    assert parse_scoring_weights("slot=+2,core=1,memory=1") == ScoringWeights(2, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("", "expected slot, core, and memory weights"),
+        ("slot=1,memory=3", "expected slot, core, and memory weights"),
+        ("slot=1,core=1,memory=1,", "expected slot, core, and memory weights"),
+        ("slot=1,core,memory=3", "expected key=value entries"),
+        ("slot=1,core=high,memory=3", '"core" weight must be an integer'),
+        ("slot=1,core=0.5,memory=3", '"core" weight must be an integer'),
+        ("slot=1,core=9223372036854775808,memory=3", '"core" weight must be an integer'),
+        ("slot=1,core=-1,memory=3", '"core" weight must not be negative'),
+        ("slot=1,bandwidth=2,memory=3", 'unknown weight "bandwidth"'),
+        ("slot=1,slot=2,memory=3", 'duplicate "slot" weight'),
+        ("slot=0,core=0,memory=0", "at least one weight must be positive"),
+    ],
+)
+def test_scoring_weights_errors_are_hamis(value, why):
+    with pytest.raises(InvalidParameterError) as caught:
+        parse_scoring_weights(value)
+    quoted = json.dumps(value)
+    assert caught.value.reason == (
+        f"invalid hami.io/device-scoring-weights annotation {quoted}: {why}"
+    )
+    assert caught.value.field == "metadata.annotations[hami.io/device-scoring-weights]"
 
 
 def test_parse_gpu_policy_chain_dedupes_and_flags_filters():
@@ -158,6 +186,22 @@ def test_topology_aware_picks_the_best_linked_pair():
     n = node("n", 4, pair_scores=PAIR_SCORES)
     placed = engine(n).decide(pod(req(count=2, memory=1), gpu_policy="topology-aware"))
     assert {g.uuid for g in placed.placement.containers[0]} == {"GPU-n-0", "GPU-n-1"}
+
+
+def test_topology_aware_takes_the_best_sum_when_every_sum_is_negative():
+    scores = {
+        "GPU-n-0": {"GPU-n-1": -10, "GPU-n-2": -40},
+        "GPU-n-1": {"GPU-n-0": -10, "GPU-n-2": -50},
+        "GPU-n-2": {"GPU-n-0": -40, "GPU-n-1": -50},
+    }
+    n = node("n", 3, pair_scores=scores)
+    placed = engine(n).decide(pod(req(count=2, memory=1), gpu_policy="topology-aware"))
+    assert {g.uuid for g in placed.placement.containers[0]} == {"GPU-n-0", "GPU-n-1"}
+
+
+def test_topology_aware_keeps_the_first_set_on_all_zero_scores():
+    placed = engine(node("n", 3)).decide(pod(req(count=2, memory=1), gpu_policy="topology-aware"))
+    assert [g.uuid for g in placed.placement.containers[0]] == ["GPU-n-2", "GPU-n-1"]
 
 
 def test_topology_aware_single_card_takes_the_worst_connected():

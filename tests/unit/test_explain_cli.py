@@ -59,12 +59,36 @@ def test_refusal_lists_each_nodes_reason(capsys, tmp_path):
     assert status == 1
     assert result["fits"] is False and result["node"] is None
     assert result["reasons"] == {
-        "gpu-node-a": "1/4 CardCordoned, 2/4 CardInsufficientMemory, 1/4 CardNotHealth",
+        "gpu-node-a": "1/4 CardCordoned, 1/4 CardNotHealth, 2/4 CardInsufficientMemory",
         "gpu-node-b": "2/2 CardInsufficientMemory",
         "gpu-node-c": "2/2 CardInsufficientMemory",
     }
     assert result["summary"].startswith("no available node, 3 nodes do not meet: ")
     assert "3 nodes CardInsufficientMemory(gpu-node-a,gpu-node-b,gpu-node-c)" in result["summary"]
+
+
+def test_dropped_memory_request_is_explained(capsys, tmp_path):
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": "16Gi"}
+    workload = write(tmp_path, "pod.yaml", gpu_pod(limits))
+    status, result = run_json(capsys, EXAMPLES / "inventory.yaml", workload)
+    assert status == 0
+    assert result["containers"] == [{"name": "main", "init": False, "devices": []}]
+    (why,) = result["dropped"]
+    assert why.startswith("spec.containers[0].resources.nvidia.com/gpumem: 16Gi is not a whole")
+    assert main(["explain", "-i", str(EXAMPLES / "inventory.yaml"), "-w", str(workload)]) == 0
+    text = capsys.readouterr().out
+    assert "main: no devices" in text
+    assert f"requests ignored, as HAMi ignores them:\n  {why}" in text
+
+
+def test_bad_scoring_weights_are_refused_with_hamis_message(capsys, tmp_path):
+    annotations = {"hami.io/device-scoring-weights": "slot=1,core=1"}
+    workload = write(tmp_path, "pod.yaml", gpu_pod({"nvidia.com/gpu": 1}, annotations))
+    assert main(["explain", "-i", str(EXAMPLES / "inventory.yaml"), "-w", str(workload)]) == 2
+    assert (
+        'invalid hami.io/device-scoring-weights annotation "slot=1,core=1": '
+        "expected slot, core, and memory weights"
+    ) in capsys.readouterr().err
 
 
 def test_quota_refusal(capsys, tmp_path):

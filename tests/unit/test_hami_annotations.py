@@ -236,11 +236,13 @@ def test_decode_pod_devices_tolerates_what_go_tolerates() -> None:
     ("value", "reason"),
     [
         ("GPU-a,NVIDIA,1:;", "has fewer than 4 fields"),
-        (",NVIDIA,1,0:;", "has no UUID"),
-        ("GPU-a,,1,0:;", "has no type"),
-        ("GPU-a,NVIDIA,-1,0:;", "must be >= 0"),
+        ("GPU-a:;", "has fewer than 4 fields"),
         ("GPU-a,NVIDIA,1,x:;", "cores 'x' is not an integer"),
+        ("GPU-a,NVIDIA, 1,0:;", "memory ' 1' is not an integer"),
+        ("GPU-a,NVIDIA,1.0,0:;", "memory '1.0' is not an integer"),
+        ("GPU-a,NVIDIA,,0:;", "memory '' is not an integer"),
         ("GPU-a,NVIDIA,2147483648,0:;", "memory 2147483648 is out of range"),
+        ("GPU-a,NVIDIA,0,-2147483649:;", "cores -2147483649 is out of range"),
     ],
 )
 def test_decode_pod_devices_rejects(value: str, reason: str) -> None:
@@ -252,7 +254,13 @@ def test_decode_pod_devices_rejects(value: str, reason: str) -> None:
 
 @pytest.mark.parametrize(
     ("uuid", "kind", "mem", "cores"),
-    [("", "NVIDIA", 1, 1), ("GPU;a", "NVIDIA", 1, 1), ("GPU-a", "NV:", 1, 1), ("a", "b", -1, 0)],
+    [
+        ("GPU;a", "NVIDIA", 1, 1),
+        ("GPU-a", "NV:", 1, 1),
+        ("a,b", "NVIDIA", 1, 1),
+        ("a", "b", 2**31, 0),
+        ("a", "b", 0, -(2**31) - 1),
+    ],
 )
 def test_container_device_refuses_values_that_would_not_round_trip(
     uuid: str, kind: str, mem: int, cores: int
@@ -261,15 +269,25 @@ def test_container_device_refuses_values_that_would_not_round_trip(
         ContainerDevice(uuid, kind, mem, cores)
 
 
+def test_pod_devices_round_trip_what_hamis_encoder_writes_at_the_edges() -> None:
+    pod_devices = [
+        [ContainerDevice("", "", -(2**31), 2**31 - 1)],
+        [],
+        [ContainerDevice(UUID_A, "", 0, -1), ContainerDevice("", "NVIDIA", 2**31 - 1, -(2**31))],
+    ]
+    encoded = encode_pod_devices(pod_devices)
+    assert encoded == (
+        f",,-2147483648,2147483647:;;{UUID_A},,0,-1:,NVIDIA,2147483647,-2147483648:;"
+    )
+    assert decode_pod_devices(encoded) == pod_devices
+
+
 _pod_text = st.text(
-    st.characters(exclude_characters=",:;", exclude_categories=("Cs",)), min_size=1, max_size=20
+    st.characters(exclude_characters=",:;", exclude_categories=("Cs",)), max_size=20
 )
+_int32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 _container_devices = st.builds(
-    ContainerDevice,
-    uuid=_pod_text,
-    type=_pod_text,
-    usedmem=st.integers(min_value=0, max_value=2**31 - 1),
-    usedcores=st.integers(min_value=0, max_value=2**31 - 1),
+    ContainerDevice, uuid=_pod_text, type=_pod_text, usedmem=_int32, usedcores=_int32
 )
 
 
