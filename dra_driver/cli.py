@@ -62,6 +62,15 @@ def _kubelet_plugin(args: argparse.Namespace) -> int:
     )
 
 
+def _device_plugin(args: argparse.Namespace) -> int:
+    from dra_driver.runtime import configure_logging, run_until_signalled
+    from kubeletplugin.deviceplugin.entry import serve_device_plugin, settings_from_args
+
+    configure_logging(args.log_level)
+    settings = settings_from_args(args)
+    return run_until_signalled(lambda stop: serve_device_plugin(settings, args.kubeconfig, stop))
+
+
 def _install_libvgpu(args: argparse.Namespace) -> int:
     from libvgpu.install import InstallSettings, run_install
 
@@ -81,6 +90,18 @@ def _healthcheck(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"dra-driver healthcheck: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from dra_driver.status.command import StatusSettings, run_status
+    from dra_driver.status.model import StatusFilter
+
+    settings = StatusSettings(
+        driver=args.driver,
+        output=args.output,
+        only=StatusFilter(node=args.node, namespace=args.namespace),
+    )
+    return asyncio.run(run_status(args.kubeconfig, settings))
 
 
 def _env(name: str, default: str) -> str:
@@ -211,6 +232,66 @@ def build_parser() -> argparse.ArgumentParser:
     _add_process_args(plugin)
     plugin.set_defaults(handler=_kubelet_plugin)
 
+    device_plugin = commands.add_parser(
+        "device-plugin",
+        help="the legacy node half: a kubelet device plugin speaking HAMi's protocol",
+        description=(
+            "Register GPUs with kubelet as split-count replicas (device plugin API v1beta1), "
+            "write hami.io/node-nvidia-register, and answer Allocate for the pod the node "
+            "lock names with libvgpu's env and mounts."
+        ),
+    )
+    device_plugin.add_argument(
+        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
+    )
+    device_plugin.add_argument("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
+    device_plugin.add_argument(
+        "--device-plugin-dir",
+        type=Path,
+        default=Path(_env("DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins")),
+        help="kubelet's device-plugins directory (kubelet.sock)",
+    )
+    device_plugin.add_argument(
+        "--mock-gpus",
+        type=Path,
+        default=_env("MOCK_GPUS", "") or None,
+        help="mock GPU file instead of NVML",
+    )
+    device_plugin.add_argument(
+        "--config",
+        type=Path,
+        default=_env("PLUGIN_CONFIG", "") or None,
+        help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
+    )
+    device_plugin.add_argument(
+        "--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10"))
+    )
+    device_plugin.add_argument(
+        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
+    )
+    device_plugin.add_argument(
+        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
+    )
+    device_plugin.add_argument(
+        "--vgpu-dir",
+        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
+        help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
+    )
+    device_plugin.add_argument(
+        "--disable-core-limit",
+        action=argparse.BooleanOptionalAction,
+        default=_env("DISABLE_CORE_LIMIT", "false") == "true",
+        help="GPU_CORE_UTILIZATION_POLICY=disable for every container (HAMi's flag)",
+    )
+    device_plugin.add_argument(
+        "--register-interval",
+        type=float,
+        default=float(_env("REGISTER_INTERVAL", "30")),
+        help="seconds between checks of the node register annotation",
+    )
+    _add_process_args(device_plugin)
+    device_plugin.set_defaults(handler=_device_plugin)
+
     install = commands.add_parser(
         "install-libvgpu",
         help="install libvgpu.so, ld.so.preload and /tmp/vgpulock on the host",
@@ -230,6 +311,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.add_argument("--lock-dir", default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
     install.set_defaults(handler=_install_libvgpu)
+
+    status = commands.add_parser(
+        "status",
+        help="who holds which GPU share: per node and GPU, DRA claims and legacy pods",
+        description=(
+            "Read the cluster (kubeconfig) once: per node and GPU the capacity, allocated "
+            "memory and cores, the claims and pods holding shares, and pending claims "
+            "with their last failure reason."
+        ),
+    )
+    status.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    status.add_argument("--node", help="only this node's GPUs")
+    status.add_argument("--namespace", "-n", help="only shares and claims in this namespace")
+    status.add_argument("--driver", default=_env("DRIVER_NAME", "vgpu.hami.io"))
+    status.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config",
+        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+    )
+    status.set_defaults(handler=_status)
 
     healthcheck = commands.add_parser(
         "healthcheck",

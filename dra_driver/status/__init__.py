@@ -1,0 +1,1 @@
+"""`dra-driver status`: a kubectl-style view of GPU shares in a cluster."""

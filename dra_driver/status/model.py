@@ -1,0 +1,336 @@
+"""Who holds which share of which GPU: the cluster view behind `dra-driver status`.
+
+Built from plain API objects (ResourceSlices, ResourceClaims, Pods, Nodes,
+Events), so it has no I/O and the same code serves the CLI, the simulator and
+tests. DRA shares come from claim allocations of this driver's devices;
+legacy-mode shares from HAMi's node register and pod device annotations, so
+both kinds of GPU appear on one view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from api.hami_annotations import (
+    NODE_NVIDIA_REGISTER,
+    VGPU_DEVICES_ALLOCATED,
+    AnnotationDecodeError,
+    decode_node_devices,
+    decode_pod_devices,
+)
+from api.quantity import MIB, QuantityError, to_bytes_ceil
+
+DRA = "dra"
+LEGACY = "legacy"
+_TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(slots=True)
+class ShareView:
+    """One holder's share of a GPU: a claim (DRA) or a pod's container set (legacy)."""
+
+    mode: str
+    namespace: str
+    holder: str
+    """The claim name (DRA) or the pod name (legacy)."""
+    pods: list[str]
+    memory_bytes: int
+    cores: int
+
+
+@dataclass(slots=True)
+class GpuView:
+    node: str
+    device: str
+    """The ResourceSlice device name (DRA) or the GPU UUID (legacy)."""
+    uuid: str
+    type: str
+    mode: str
+    memory_bytes: int
+    cores: int
+    shares_total: int
+    healthy: bool = True
+    shares: list[ShareView] = field(default_factory=list)
+
+    @property
+    def allocated_memory_bytes(self) -> int:
+        return sum(share.memory_bytes for share in self.shares)
+
+    @property
+    def allocated_cores(self) -> int:
+        return sum(share.cores for share in self.shares)
+
+
+@dataclass(slots=True)
+class PendingClaimView:
+    namespace: str
+    name: str
+    pods: list[str]
+    reason: str
+    """The newest Warning event on the claim (or its pod), else why it is waiting."""
+
+
+@dataclass(slots=True)
+class ClusterStatus:
+    gpus: list[GpuView]
+    pending: list[PendingClaimView]
+
+    def to_dict(self) -> dict[str, Any]:
+        gpus = []
+        for gpu in self.gpus:
+            entry = asdict(gpu)
+            entry["allocatedMemoryBytes"] = gpu.allocated_memory_bytes
+            entry["allocatedCores"] = gpu.allocated_cores
+            gpus.append(entry)
+        return {"gpus": gpus, "pending": [asdict(p) for p in self.pending]}
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFilter:
+    node: str | None = None
+    namespace: str | None = None
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+def _quantity_bytes(raw: Any) -> int:
+    try:
+        return to_bytes_ceil(str(raw))
+    except QuantityError:
+        return 0
+
+
+def _attribute(device: Mapping[str, Any], name: str) -> Any:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return next(iter(value.values()), "") if isinstance(value, Mapping) else ""
+
+
+def _capacity(device: Mapping[str, Any], name: str) -> int:
+    return _quantity_bytes(((device.get("capacity") or {}).get(name) or {}).get("value", "0"))
+
+
+def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[str, str], GpuView]:
+    newest: dict[str, int] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") == driver:
+            pool = (spec.get("pool") or {}).get("name", "")
+            newest[pool] = max(newest.get(pool, 0), int(spec["pool"].get("generation", 0)))
+    gpus: dict[tuple[str, str], GpuView] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        pool = (spec.get("pool") or {}).get("name", "")
+        if spec.get("driver") != driver or spec["pool"].get("generation", 0) != newest[pool]:
+            continue
+        for device in spec.get("devices") or []:
+            taints = device.get("taints") or []
+            gpus[(pool, device["name"])] = GpuView(
+                node=spec.get("nodeName") or pool,
+                device=device["name"],
+                uuid=str(_attribute(device, "uuid")),
+                type=str(_attribute(device, "type")),
+                mode=DRA,
+                memory_bytes=_capacity(device, "memory"),
+                cores=_capacity(device, "cores"),
+                shares_total=_capacity(device, "shares"),
+                healthy=not any(t.get("key", "").endswith("/unhealthy") for t in taints),
+            )
+    return gpus
+
+
+def _reserving_pods(claim: Mapping[str, Any]) -> list[str]:
+    return [
+        ref.get("name", "")
+        for ref in (claim.get("status") or {}).get("reservedFor") or []
+        if ref.get("resource") == "pods"
+    ]
+
+
+def _add_claim_shares(
+    gpus: Mapping[tuple[str, str], GpuView], claims: Iterable[Mapping[str, Any]], driver: str
+) -> None:
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            gpu = gpus.get((result.get("pool", ""), result.get("device", "")))
+            if result.get("driver") != driver or gpu is None:
+                continue
+            consumed = result.get("consumedCapacity") or {}
+            gpu.shares.append(
+                ShareView(
+                    mode=DRA,
+                    namespace=_meta(claim).get("namespace", ""),
+                    holder=_meta(claim).get("name", ""),
+                    pods=_reserving_pods(claim),
+                    memory_bytes=_quantity_bytes(consumed.get("memory", "0")),
+                    cores=_quantity_bytes(consumed.get("cores", "0")),
+                )
+            )
+
+
+def _legacy_gpus(nodes: Iterable[Mapping[str, Any]]) -> dict[str, GpuView]:
+    gpus: dict[str, GpuView] = {}
+    for node in nodes:
+        value = (_meta(node).get("annotations") or {}).get(NODE_NVIDIA_REGISTER)
+        if not value:
+            continue
+        try:
+            devices = decode_node_devices(value)
+        except AnnotationDecodeError:
+            continue
+        for device in devices:
+            gpus[device.id] = GpuView(
+                node=_meta(node).get("name", ""),
+                device=device.id,
+                uuid=device.id,
+                type=device.type,
+                mode=LEGACY,
+                memory_bytes=device.devmem * MIB,
+                cores=device.devcore,
+                shares_total=device.count,
+                healthy=device.health,
+            )
+    return gpus
+
+
+def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any]]) -> None:
+    for pod in pods:
+        value = (_meta(pod).get("annotations") or {}).get(VGPU_DEVICES_ALLOCATED)
+        if not value or (pod.get("status") or {}).get("phase") in _TERMINATED_PHASES:
+            continue
+        try:
+            containers = decode_pod_devices(value, VGPU_DEVICES_ALLOCATED)
+        except AnnotationDecodeError:
+            continue
+        per_device: dict[str, tuple[int, int]] = {}
+        for container in containers:
+            for device in container:
+                memory, cores = per_device.get(device.uuid, (0, 0))
+                per_device[device.uuid] = (memory + device.usedmem, cores + device.usedcores)
+        for uuid, (memory_mib, cores) in per_device.items():
+            gpu = gpus.get(uuid)
+            if gpu is not None:
+                name = _meta(pod).get("name", "")
+                gpu.shares.append(
+                    ShareView(
+                        LEGACY,
+                        _meta(pod).get("namespace", ""),
+                        name,
+                        [name],
+                        memory_mib * MIB,
+                        cores,
+                    )
+                )
+
+
+def _claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Pods that reference the claim, by name or through a template-generated status entry."""
+    name, namespace = _meta(claim).get("name"), _meta(claim).get("namespace")
+    found = []
+    for pod in pods:
+        if _meta(pod).get("namespace") != namespace:
+            continue
+        spec_names = {
+            ref.get("resourceClaimName")
+            for ref in (pod.get("spec") or {}).get("resourceClaims") or []
+        }
+        status_names = {
+            ref.get("resourceClaimName")
+            for ref in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        }
+        if name in spec_names | status_names:
+            found.append(_meta(pod).get("name", ""))
+    return found
+
+
+def _newest_warning(
+    events: Iterable[Mapping[str, Any]], kind: str, namespace: str, names: set[str]
+) -> str:
+    newest: tuple[str, str] | None = None
+    for event in events:
+        involved = event.get("involvedObject") or event.get("regarding") or {}
+        if (
+            event.get("type") != "Warning"
+            or involved.get("kind") != kind
+            or involved.get("namespace", _meta(event).get("namespace")) != namespace
+            or involved.get("name") not in names
+        ):
+            continue
+        stamp = str(
+            event.get("lastTimestamp")
+            or event.get("eventTime")
+            or _meta(event).get("creationTimestamp")
+            or ""
+        )
+        message = f"{event.get('reason', '')}: {event.get('message') or event.get('note') or ''}"
+        if newest is None or stamp >= newest[0]:
+            newest = (stamp, message)
+    return newest[1] if newest else ""
+
+
+def _pending_claims(
+    claims: Iterable[Mapping[str, Any]],
+    pods: list[Mapping[str, Any]],
+    events: list[Mapping[str, Any]],
+    class_names: set[str],
+) -> list[PendingClaimView]:
+    pending = []
+    for claim in claims:
+        if (claim.get("status") or {}).get("allocation"):
+            continue
+        requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+        classes = {
+            entry.get("deviceClassName")
+            for request in requests
+            for entry in [request.get("exactly") or {}, *(request.get("firstAvailable") or [])]
+        }
+        if not classes & class_names:
+            continue
+        namespace, name = _meta(claim).get("namespace", ""), _meta(claim).get("name", "")
+        claim_pods = _claim_pods(claim, pods)
+        reason = _newest_warning(events, "ResourceClaim", namespace, {name}) or _newest_warning(
+            events, "Pod", namespace, set(claim_pods)
+        )
+        if not reason:
+            reason = "waiting for allocation" if claim_pods else "no pod uses this claim yet"
+        pending.append(PendingClaimView(namespace, name, claim_pods, reason))
+    return pending
+
+
+def build_status(
+    *,
+    driver: str,
+    slices: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+    device_classes: Iterable[Mapping[str, Any]],
+    only: StatusFilter | None = None,
+) -> ClusterStatus:
+    """The view; `device_classes` whose selectors name `driver` mark the pending claims as ours."""
+    only = only or StatusFilter()
+    claims, pods, events = list(claims), list(pods), list(events)
+    dra = _dra_gpus(list(slices), driver)
+    _add_claim_shares(dra, claims, driver)
+    legacy = _legacy_gpus(nodes)
+    _add_pod_shares(legacy, pods)
+    gpus = sorted([*dra.values(), *legacy.values()], key=lambda g: (g.node, g.mode, g.device))
+    if only.node:
+        gpus = [gpu for gpu in gpus if gpu.node == only.node]
+    if only.namespace:
+        for gpu in gpus:
+            gpu.shares = [share for share in gpu.shares if share.namespace == only.namespace]
+    class_names = {
+        _meta(item).get("name", "")
+        for item in device_classes
+        if driver in str((item.get("spec") or {}).get("selectors"))
+    }
+    pending = _pending_claims(claims, pods, events, class_names)
+    if only.namespace:
+        pending = [claim for claim in pending if claim.namespace == only.namespace]
+    return ClusterStatus(gpus=gpus, pending=sorted(pending, key=lambda c: (c.namespace, c.name)))

@@ -1,0 +1,88 @@
+"""The cluster view as a terminal table (rich), or JSON/YAML for scripts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from dra_driver.status.model import ClusterStatus, GpuView
+
+GIB = 1 << 30
+BAR_WIDTH = 20
+
+
+def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
+    """`[#####.....] 50%`, red past 90 %, so a full card stands out."""
+    ratio = used / total if total else 0.0
+    filled = min(width, round(ratio * width))
+    style = "red" if ratio > 0.9 else "yellow" if ratio > 0.6 else "green"
+    bar = Text("[")
+    bar.append("#" * filled, style=style)
+    bar.append("." * (width - filled), style="dim")
+    bar.append(f"] {ratio:4.0%}")
+    return bar
+
+
+def _gib(value: int) -> str:
+    return f"{value / GIB:.1f}Gi"
+
+
+def _holders(gpu: GpuView) -> Text:
+    lines = Text()
+    for position, share in enumerate(gpu.shares):
+        if position:
+            lines.append("\n")
+        pods = ",".join(share.pods) or "-"
+        lines.append(f"{share.namespace}/{share.holder}", style="bold")
+        lines.append(f" {_gib(share.memory_bytes)} {share.cores}% pods={pods}")
+    return lines
+
+
+def gpu_table(status: ClusterStatus) -> Table:
+    table = Table(title="GPU shares", expand=False)
+    for column in ("node", "gpu", "type", "mode", "memory", "cores", "shares", "holders"):
+        table.add_column(column, overflow="fold")
+    for gpu in status.gpus:
+        name = gpu.device if gpu.healthy else f"{gpu.device} (unhealthy)"
+        memory = usage_bar(gpu.allocated_memory_bytes, gpu.memory_bytes)
+        memory.append(f" {_gib(gpu.allocated_memory_bytes)}/{_gib(gpu.memory_bytes)}")
+        cores = usage_bar(gpu.allocated_cores, gpu.cores)
+        table.add_row(
+            gpu.node,
+            name,
+            gpu.type,
+            gpu.mode,
+            memory,
+            cores,
+            f"{len(gpu.shares)}/{gpu.shares_total}",
+            _holders(gpu),
+        )
+    return table
+
+
+def pending_table(status: ClusterStatus) -> Table:
+    table = Table(title="Pending claims", expand=False)
+    for column in ("namespace", "claim", "pods", "last reason"):
+        table.add_column(column, overflow="fold")
+    for claim in status.pending:
+        table.add_row(claim.namespace, claim.name, ",".join(claim.pods) or "-", claim.reason)
+    return table
+
+
+def render_text(status: ClusterStatus, console: Console) -> None:
+    parts: list[Any] = [gpu_table(status)]
+    if status.pending:
+        parts.append(pending_table(status))
+    console.print(Group(*parts))
+
+
+def render_data(status: ClusterStatus, output: str) -> str:
+    data = status.to_dict()
+    if output == "yaml":
+        return yaml.safe_dump(data, sort_keys=False)
+    return json.dumps(data, indent=2)

@@ -1,0 +1,202 @@
+"""`dra-driver status` against the emulator: DRA and legacy shares on one view, pending reasons."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client import ApiClient
+
+from api.hami_annotations import (
+    NODE_NVIDIA_REGISTER,
+    VGPU_DEVICES_ALLOCATED,
+    ContainerDevice,
+    RegisteredDevice,
+    encode_node_devices,
+    encode_pod_devices,
+)
+from dra_driver.cli import main
+from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.slices import SliceSettings, build_resource_slices
+
+GIB = 1 << 30
+DRIVER = "vgpu.hami.io"
+LEGACY_UUID = "GPU-1e9acy00-0000-4000-8000-000000000000"
+
+
+def create_dra_node(api: ApiClient, name: str) -> None:
+    node = client.CoreV1Api(api).create_node({"metadata": {"name": name}})
+    gpus = [
+        GpuInfo(f"GPU-{uuid.uuid4()}", index, index, "NVIDIA A100-SXM4-80GB", 80 * GIB)
+        for index in range(2)
+    ]
+    for item in build_resource_slices(name, node.metadata.uid, gpus, SliceSettings(), 1):
+        client.ResourceV1Api(api).create_resource_slice(item)
+
+
+def create_legacy_node(api: ApiClient, name: str) -> None:
+    register = encode_node_devices(
+        [RegisteredDevice(LEGACY_UUID, 0, 10, 15360, 100, "NVIDIA-Tesla-T4", 0, "hami-core", True)]
+    )
+    client.CoreV1Api(api).create_node(
+        {"metadata": {"name": name, "annotations": {NODE_NVIDIA_REGISTER: register}}}
+    )
+
+
+def claim_body(name: str, memory: str = "20Gi") -> dict:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "nvidia.vgpu.hami.io",
+                            "capacity": {"requests": {"memory": memory, "cores": "30"}},
+                        },
+                    }
+                ]
+            }
+        },
+    }
+
+
+def allocate(api: ApiClient, ns: str, name: str, node: str, pod: str) -> None:
+    """Allocate the claim on `node` and reserve it for a (real) pod named `pod`."""
+    resource = client.ResourceV1Api(api)
+    pod_uid = (
+        client.CoreV1Api(api)
+        .create_namespaced_pod(
+            ns,
+            {
+                "metadata": {"name": pod},
+                "spec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                    "containers": [
+                        {"name": "app", "image": "cuda", "resources": {"claims": [{"name": "gpu"}]}}
+                    ],
+                },
+            },
+        )
+        .metadata.uid
+    )
+    claim = resource.read_namespaced_resource_claim(name, ns)
+    status = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {
+                        "request": "gpu",
+                        "driver": DRIVER,
+                        "pool": node,
+                        "device": "gpu-1",
+                        "shareID": str(uuid.uuid4()),
+                        "consumedCapacity": {"memory": "20Gi", "cores": "30", "shares": "1"},
+                    }
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+            "allocationTimestamp": "2026-11-30T10:00:00Z",
+        },
+        "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}],
+    }
+    version = claim.metadata.resource_version
+    resource.patch_namespaced_resource_claim_status(
+        name, ns, {"metadata": {"resourceVersion": version}, "status": status}
+    )
+
+
+@pytest.fixture
+def cluster(api: ApiClient, ns: str) -> str:
+    suffix = uuid.uuid4().hex[:6]
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    resource.create_device_class(
+        {
+            "metadata": {"name": f"nvidia.vgpu.hami.io-{suffix}"},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+        }
+    )
+    create_dra_node(api, f"dra-{suffix}")
+    create_legacy_node(api, f"legacy-{suffix}")
+    resource.create_namespaced_resource_claim(ns, claim_body("serving"))
+    allocate(api, ns, "serving", f"dra-{suffix}", "server-0")
+    pending = claim_body("huge", memory="200Gi")
+    pending["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = (
+        f"nvidia.vgpu.hami.io-{suffix}"
+    )
+    resource.create_namespaced_resource_claim(ns, pending)
+    core.create_namespaced_event(
+        ns,
+        {
+            "metadata": {"name": f"huge.{suffix}"},
+            "involvedObject": {"kind": "ResourceClaim", "namespace": ns, "name": "huge"},
+            "type": "Warning",
+            "reason": "FailedAllocation",
+            "message": "no node fits: 2/2 CardInsufficientMemory",
+        },
+    )
+    allocated = encode_pod_devices([[ContainerDevice(LEGACY_UUID, "NVIDIA", 3000, 30)]])
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "legacy-app", "annotations": {VGPU_DEVICES_ALLOCATED: allocated}},
+            "spec": {"containers": [{"name": "app", "image": "cuda"}]},
+        },
+    )
+    return suffix
+
+
+def run_status(kubeconfig: Path, capsys, *args: str) -> str:
+    assert main(["status", "--kubeconfig", str(kubeconfig), *args]) == 0
+    return capsys.readouterr().out
+
+
+def test_json_view_has_dra_and_legacy_shares_and_pending_reason(
+    cluster: str, kubeconfig: Path, ns: str, capsys
+):
+    view = json.loads(run_status(kubeconfig, capsys, "-o", "json", "--namespace", ns))
+    gpus = {(gpu["node"], gpu["device"]): gpu for gpu in view["gpus"]}
+    dra = gpus[(f"dra-{cluster}", "gpu-1")]
+    assert dra["mode"] == "dra"
+    assert dra["allocatedMemoryBytes"] == 20 * GIB
+    assert dra["allocatedCores"] == 30
+    assert [(s["holder"], s["pods"]) for s in dra["shares"]] == [("serving", ["server-0"])]
+    assert gpus[(f"dra-{cluster}", "gpu-0")]["shares"] == []
+    legacy = gpus[(f"legacy-{cluster}", LEGACY_UUID)]
+    assert (legacy["mode"], legacy["allocatedMemoryBytes"], legacy["allocatedCores"]) == (
+        "legacy",
+        3000 << 20,
+        30,
+    )
+    assert view["pending"] == [
+        {
+            "namespace": ns,
+            "name": "huge",
+            "pods": [],
+            "reason": "FailedAllocation: no node fits: 2/2 CardInsufficientMemory",
+        }
+    ]
+
+
+def test_node_filter_and_yaml(cluster: str, kubeconfig: Path, capsys):
+    view = yaml.safe_load(run_status(kubeconfig, capsys, "-o", "yaml", "--node", f"dra-{cluster}"))
+    assert {gpu["node"] for gpu in view["gpus"]} == {f"dra-{cluster}"}
+    assert len(view["gpus"]) == 2
+
+
+def test_text_view_shows_bars_and_holders(cluster: str, kubeconfig: Path, ns: str, capsys):
+    text = run_status(kubeconfig, capsys, "--node", f"dra-{cluster}", "--namespace", ns)
+    assert "GPU shares" in text
+    assert f"{ns}/serving" in text
+    assert "25%" in text
+    assert "Pending claims" in text
+    assert "CardInsufficientMemory" in text
