@@ -25,17 +25,37 @@ from kubeletplugin.slices import SliceSettings
 class _FilterDevices(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    uuids: list[str] = Field(default_factory=list)
-    indices: list[int] = Field(default_factory=list)
+    uuids: list[str] = Field(default_factory=list, description="GPU UUIDs not to publish.")
+    indices: list[int] = Field(default_factory=list, description="GPU indices not to publish.")
 
 
 class NodeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-    split_count: int | None = Field(None, alias="splitCount", ge=1, le=1000)
-    memory_scaling: float | None = Field(None, alias="memoryScaling", gt=0)
-    core_scaling: float | None = Field(None, alias="coreScaling", gt=0)
-    filter_devices: _FilterDevices = Field(default_factory=_FilterDevices, alias="filterDevices")
+    split_count: int | None = Field(
+        None,
+        alias="splitCount",
+        ge=1,
+        le=1000,
+        description="Shares per GPU (the `shares` capacity; HAMi's deviceSplitCount).",
+    )
+    memory_scaling: float | None = Field(
+        None,
+        alias="memoryScaling",
+        gt=0,
+        description="Published memory = physical x this; above 1 oversubscribes.",
+    )
+    core_scaling: float | None = Field(
+        None,
+        alias="coreScaling",
+        gt=0,
+        description="Published cores = 100 x this (HAMi's deviceCoreScaling).",
+    )
+    filter_devices: _FilterDevices = Field(
+        default_factory=_FilterDevices,
+        alias="filterDevices",
+        description="GPUs this node keeps to itself.",
+    )
 
     def slice_settings(self, base: SliceSettings) -> SliceSettings:
         changes = {
