@@ -1,0 +1,55 @@
+"""What makes a node plugin look at its GPUs again: edits of its watched files and
+NVML XID events. Shared by the DRA plugin and the legacy device plugin, so both
+react to the same things the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from watchfiles import awatch
+
+from kubeletplugin.gpus import NvmlBackend
+from kubeletplugin.xid import XidWatcher
+
+
+def nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+async def watch_files(paths: Sequence[Path], on_change: Callable[[], None]) -> None:
+    """Call `on_change` on any change next to the files. A directory that does not
+    exist yet is watched through its nearest existing ancestor (a ConfigMap volume
+    may appear later)."""
+
+    def directories() -> list[str]:
+        return sorted({str(nearest_existing(p.parent)) for p in paths})
+
+    while True:
+        watched = directories()
+        async for _ in awatch(*watched, debounce=50, step=10, recursive=False):
+            on_change()
+            if directories() != watched:
+                break
+
+
+async def watch_xids(
+    backend: NvmlBackend, on_change: Callable[[], None], stop: threading.Event
+) -> None:
+    """Critical XIDs (seen in a worker thread) mark their GPU unhealthy in the backend,
+    then `on_change` runs on the event loop."""
+    loop = asyncio.get_running_loop()
+
+    def on_xid(uuid: str, xid: int) -> None:
+        def mark() -> None:
+            backend.unhealthy[uuid] = f"xid-{xid}"
+            on_change()
+
+        loop.call_soon_threadsafe(mark)
+
+    await asyncio.to_thread(XidWatcher(backend.nvml, on_xid).run, stop)

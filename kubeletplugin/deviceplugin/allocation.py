@@ -1,0 +1,215 @@
+"""Which pod and container an Allocate call serves, and with what, decided without I/O.
+
+kubelet's Allocate carries no pod identity, only replica IDs. Like HAMi, the
+pod is the one the node lock (`hami.io/mutex.lock`) names: the extender
+locked the node for it in `/bind`. Unlike HAMi, there is no fallback search
+over pending pods (HAMi#3076, #2640: a fallback lets a second pod be served
+with the first one's devices). Each call takes the next non-empty container
+entry of the pod's `hami.io/vgpu-devices-to-allocate` (init containers
+first, as kubelet calls them) and empties it, so the next call gets the next
+container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from api.hami_annotations import (
+    BIND_PHASE,
+    NODE_LOCK,
+    VGPU_DEVICES_TO_ALLOCATE,
+    VGPU_NODE,
+    AnnotationDecodeError,
+    BindPhase,
+    ContainerDevice,
+    annotation_is_true,
+    decode_pod_devices,
+    encode_pod_devices,
+)
+from api.quantity import MIB
+from dra_driver.errors import DriverError
+from dra_driver.node_lock import NodeLockError, read_lock
+from kubeletplugin.gpus import GpuInfo
+from libvgpu.cache_paths import CacheLocation
+from libvgpu.container_edits import CorePolicy, DeviceShare, ShareSet
+
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+
+
+class AllocateError(DriverError):
+    """This Allocate call cannot be served; the message is what kubelet puts on the pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerGrant:
+    """The container served by one Allocate call and what the pod's device list gives it."""
+
+    pod: PodRef
+    pod_uid: str
+    container: str
+    devices: tuple[ContainerDevice, ...]
+    env: Mapping[str, str]
+    """The container's literal env vars (valueFrom entries have no value here)."""
+
+    remaining: str
+    """`hami.io/vgpu-devices-to-allocate` with this container's entry emptied."""
+
+    finished: bool
+    """No container entry is left to serve: the pod is fully allocated."""
+
+
+def lock_holder(node: Mapping[str, Any]) -> PodRef:
+    """The pod the node lock names; anything else means there is no pod to serve."""
+    name = (node.get("metadata") or {}).get("name", "")
+    value = _annotations(node).get(NODE_LOCK)
+    try:
+        lock = read_lock(name, value)
+    except NodeLockError as error:
+        raise AllocateError(str(error)) from None
+    if lock is None:
+        raise AllocateError(
+            f"node {name} has no {NODE_LOCK}: no pod is being bound to it by the scheduler "
+            "extender, so there is no pod to allocate for"
+        )
+    if not lock.pod:
+        raise AllocateError(
+            f"node {name}: {NODE_LOCK} {value!r} names no pod (old bare-time format); "
+            "allocation serves only the pod the lock names"
+        )
+    return PodRef(lock.namespace, lock.pod)
+
+
+def next_container(pod: Mapping[str, Any], node_name: str, requested: int) -> ContainerGrant:
+    """The grant for kubelet's next container request of `requested` devices."""
+    metadata = pod.get("metadata") or {}
+    ref = PodRef(metadata.get("namespace", ""), metadata.get("name", ""))
+    annotations = _annotations(pod)
+    assigned = annotations.get(VGPU_NODE)
+    if assigned != node_name:
+        raise AllocateError(
+            f"pod {ref} holds the lock of node {node_name} but {VGPU_NODE} is {assigned!r}"
+        )
+    phase = annotations.get(BIND_PHASE)
+    if phase != BindPhase.ALLOCATING:
+        raise AllocateError(
+            f"pod {ref} is not being allocated: {BIND_PHASE} is {phase!r}, expected "
+            f"{BindPhase.ALLOCATING.value!r}"
+        )
+    try:
+        entries = decode_pod_devices(annotations.get(VGPU_DEVICES_TO_ALLOCATE, ""))
+    except AnnotationDecodeError as error:
+        raise AllocateError(f"pod {ref}: {error}") from None
+    position = next((i for i, entry in enumerate(entries) if entry), None)
+    if position is None:
+        raise AllocateError(
+            f"pod {ref}: {VGPU_DEVICES_TO_ALLOCATE} has no container left to allocate"
+        )
+    containers = _containers(pod)
+    if position >= len(containers):
+        raise AllocateError(
+            f"pod {ref}: {VGPU_DEVICES_TO_ALLOCATE} entry {position} names no container "
+            f"(the pod has {len(containers)}, init containers first)"
+        )
+    container = containers[position]
+    cname = str(container.get("name", ""))
+    devices = tuple(entries[position])
+    if len(devices) != requested:
+        raise AllocateError(
+            f"pod {ref} container {cname}: {VGPU_DEVICES_TO_ALLOCATE} assigns "
+            f"{len(devices)} device(s) but kubelet asked for {requested}"
+        )
+    emptied = [list(entry) for entry in entries]
+    emptied[position] = []
+    return ContainerGrant(
+        pod=ref,
+        pod_uid=str(metadata.get("uid", "")),
+        container=cname,
+        devices=devices,
+        env={
+            str(e["name"]): str(e["value"])
+            for e in container.get("env") or []
+            if isinstance(e, Mapping) and "name" in e and "value" in e
+        },
+        remaining=encode_pod_devices(emptied),
+        finished=not any(emptied),
+    )
+
+
+def share_set(
+    grant: ContainerGrant,
+    gpus: Mapping[str, GpuInfo],
+    cache: CacheLocation,
+    disable_core_limit: bool = False,
+) -> ShareSet:
+    """The libvgpu share of the grant, sized as the CDI path sizes a claim's device:
+    memory `<MiB>` exact, cores 0 meaning not throttled."""
+    where = f"pod {grant.pod} container {grant.container}"
+    shares = []
+    for device in grant.devices:
+        gpu = gpus.get(device.uuid)
+        if gpu is None:
+            raise AllocateError(f"{where}: GPU {device.uuid} is not on this node")
+        if device.usedmem <= 0:
+            raise AllocateError(
+                f"{where}: {VGPU_DEVICES_TO_ALLOCATE} gives GPU {device.uuid} "
+                f"{device.usedmem} MiB of memory; at least 1 is needed"
+            )
+        shares.append(
+            DeviceShare(
+                device.uuid, gpu.index, device.usedmem * MIB, min(device.usedcores, 100) or None
+            )
+        )
+    return ShareSet(
+        devices=tuple(shares),
+        cache=cache,
+        policy=CorePolicy.DISABLE if disable_core_limit else _core_policy(grant.env, where),
+        priority=_priority(grant.env, where),
+        disable_control=annotation_is_true(grant.env.get(DISABLE_CONTROL_ENV)),
+    )
+
+
+def _core_policy(env: Mapping[str, str], where: str) -> CorePolicy:
+    value = env.get(CORE_POLICY_ENV)
+    if value is None:
+        return CorePolicy.DEFAULT
+    try:
+        return CorePolicy(value.lower())
+    except ValueError:
+        allowed = ", ".join(p.value for p in CorePolicy)
+        raise AllocateError(
+            f"{where}: env {CORE_POLICY_ENV} {value!r} is not one of {allowed}"
+        ) from None
+
+
+def _priority(env: Mapping[str, str], where: str) -> int | None:
+    value = env.get(TASK_PRIORITY_ENV)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise AllocateError(
+            f"{where}: env {TASK_PRIORITY_ENV} {value!r} is not an integer"
+        ) from None
+
+
+def _containers(pod: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    spec = pod.get("spec") or {}
+    return [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("annotations") or {}

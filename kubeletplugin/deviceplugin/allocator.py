@@ -1,0 +1,176 @@
+"""Allocate and GetPreferredAllocation against the API server.
+
+One call at a time per node (HAMi takes a process-wide mutex too): read the
+node lock, read the pod it names, decide (allocation.py), create the
+container's libvgpu cache dir, then write the outcome back on the pod
+(`hami.io/vgpu-devices-to-allocate` with the served container emptied;
+`hami.io/bind-phase` success once no container is left) and release the lock.
+Any failure after the pod is known marks it `failed` and releases the lock,
+so the node is not held for a pod kubelet has already rejected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from api.hami_annotations import BIND_PHASE, VGPU_DEVICES_TO_ALLOCATE, BindPhase
+from dra_driver.errors import DriverError
+from dra_driver.kube.node_lock import NodeLocker
+from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
+from kubeletplugin.deviceplugin.allocation import (
+    AllocateError,
+    ContainerGrant,
+    PodRef,
+    lock_holder,
+    next_container,
+    share_set,
+)
+from kubeletplugin.deviceplugin.devices import preferred_replicas, replica_uuid
+from kubeletplugin.gpus import GpuInfo
+from libvgpu.cache_dirs import CacheDirSettings, create_cache_dir, new_cache_nonce
+from libvgpu.cache_paths import legacy_cache_location
+from libvgpu.container_edits import ContainerEdits, build_container_edits
+from libvgpu.settings import LibvgpuPaths
+
+log = logging.getLogger(__name__)
+
+NODES = "/api/v1/nodes"
+
+
+def pod_path(ref: PodRef) -> str:
+    return object_path(f"/api/v1/namespaces/{ref.namespace}/pods", ref.name)
+
+
+class PodAllocator:
+    def __init__(
+        self,
+        client: KubeClient,
+        node_name: str,
+        gpus: Callable[[], Sequence[GpuInfo]],
+        libvgpu: LibvgpuPaths,
+        cache_dirs: CacheDirSettings,
+        *,
+        disable_core_limit: bool = False,
+        locker: NodeLocker | None = None,
+    ) -> None:
+        self.client = client
+        self.node_name = node_name
+        self.gpus = gpus
+        self.libvgpu = libvgpu
+        self.cache_dirs = cache_dirs
+        self.disable_core_limit = disable_core_limit
+        self.locker = locker or NodeLocker(client)
+        self._serial = asyncio.Lock()
+
+    async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits:
+        """The edits for kubelet's next container request; AllocateError says why not."""
+        async with self._serial:
+            ref = lock_holder(await self._node())
+            pod = await self._pod(ref)
+            try:
+                grant = next_container(pod, self.node_name, len(device_ids))
+                edits = await asyncio.to_thread(self._prepare, grant)
+                await self._record(grant)
+            except DriverError as error:
+                await self._fail(ref, pod, error)
+                if isinstance(error, AllocateError):
+                    raise
+                raise AllocateError(f"pod {ref}: {error}") from error
+            self._note_kubelet_choice(grant, device_ids)
+            log.info(
+                "allocated",
+                extra={
+                    "pod": str(ref),
+                    "container": grant.container,
+                    "gpus": ",".join(d.uuid for d in grant.devices),
+                    "finished": grant.finished,
+                },
+            )
+            return edits
+
+    async def preferred(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str]:
+        """Replicas of the GPUs the lock holder's next container was given, so kubelet's
+        accounting follows the scheduler's choice; a plain spread when there is none."""
+        wanted: list[str] = []
+        try:
+            ref = lock_holder(await self._node())
+            pod = await self._pod(ref)
+            wanted = [d.uuid for d in next_container(pod, self.node_name, size).devices]
+        except DriverError as error:
+            log.info("no pod to prefer devices for", extra={"reason": str(error)})
+        return preferred_replicas(available, must_include, size, wanted)
+
+    def _prepare(self, grant: ContainerGrant) -> ContainerEdits:
+        cache = legacy_cache_location(
+            self.libvgpu, grant.pod_uid, grant.container, new_cache_nonce()
+        )
+        gpus = {gpu.uuid: gpu for gpu in self.gpus()}
+        shares = share_set(grant, gpus, cache, self.disable_core_limit)
+        edits = build_container_edits(shares, self.libvgpu)
+        create_cache_dir(cache, self.libvgpu, self.cache_dirs)
+        return edits
+
+    async def _record(self, grant: ContainerGrant) -> None:
+        annotations = {VGPU_DEVICES_TO_ALLOCATE: grant.remaining}
+        if grant.finished:
+            annotations[BIND_PHASE] = BindPhase.SUCCESS.value
+        await self.client.patch(pod_path(grant.pod), {"metadata": {"annotations": annotations}})
+        if grant.finished:
+            await self._release(grant.pod)
+
+    async def _fail(self, ref: PodRef, pod: Mapping[str, Any], cause: DriverError) -> None:
+        """Mark a pod that was being allocated `failed`; a pod already past allocation
+        keeps its phase. Either way the lock it still holds is released."""
+        log.warning("allocation failed", extra={"pod": str(ref), "error": str(cause)})
+        phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
+        if phase != BindPhase.ALLOCATING:
+            await self._release(ref)
+            return
+        try:
+            await self.client.patch(
+                pod_path(ref),
+                {"metadata": {"annotations": {BIND_PHASE: BindPhase.FAILED.value}}},
+            )
+        except DriverError as error:
+            log.error("bind-phase not marked failed", extra={"pod": str(ref), "error": str(error)})
+        await self._release(ref)
+
+    async def _release(self, ref: PodRef) -> None:
+        try:
+            await self.locker.release(self.node_name, ref.namespace, ref.name)
+        except DriverError as error:
+            log.error("node lock not released", extra={"pod": str(ref), "error": str(error)})
+
+    async def _node(self) -> Mapping[str, Any]:
+        try:
+            return await self.client.get(object_path(NODES, self.node_name))
+        except NotFoundError:
+            raise AllocateError(f"node {self.node_name} not found") from None
+        except DriverError as error:
+            raise AllocateError(f"node {self.node_name} not read: {error}") from error
+
+    async def _pod(self, ref: PodRef) -> Mapping[str, Any]:
+        try:
+            return await self.client.get(pod_path(ref))
+        except NotFoundError:
+            raise AllocateError(
+                f"pod {ref}, named by the lock of node {self.node_name}, does not exist"
+            ) from None
+        except DriverError as error:
+            raise AllocateError(f"pod {ref} not read: {error}") from error
+
+    def _note_kubelet_choice(self, grant: ContainerGrant, device_ids: Sequence[str]) -> None:
+        """kubelet's replicas count devices only; the GPUs served are the pod's. A
+        difference is logged: kubelet did not follow GetPreferredAllocation."""
+        kubelet_gpus = sorted({replica_uuid(d) or d for d in device_ids})
+        granted = sorted(d.uuid for d in grant.devices)
+        if kubelet_gpus != granted:
+            log.info(
+                "kubelet's replicas name other GPUs than the pod's device list",
+                extra={"pod": str(grant.pod), "kubelet": kubelet_gpus, "granted": granted},
+            )

@@ -1,0 +1,57 @@
+"""Process entry for `dra-driver device-plugin`: flags to settings, then run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from dra_driver.kube.rest import KubeClient
+from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
+from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_numa
+from kubeletplugin.slices import SliceSettings
+from libvgpu.settings import LibvgpuPaths
+
+
+def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
+    return DevicePluginSettings(
+        node_name=args.node_name,
+        resource_name=args.resource_name,
+        plugin_dir=args.device_plugin_dir,
+        sharing=SliceSettings(
+            split_count=args.split_count,
+            memory_scaling=args.memory_scaling,
+            core_scaling=args.core_scaling,
+        ),
+        mock_gpus=args.mock_gpus,
+        config_file=args.config,
+        libvgpu=LibvgpuPaths(
+            host_dir=args.vgpu_dir,
+            container_library_path=f"{args.vgpu_dir}/libvgpu.so",
+            cache_root=args.vgpu_dir,
+            legacy_container_cache_dir=args.vgpu_dir,
+        ),
+        disable_core_limit=args.disable_core_limit,
+        register_interval_s=args.register_interval,
+    )
+
+
+def open_gpu_backend(mock_gpus: Path | None) -> GpuBackend:
+    """The mock file's GPUs when one is given, else NVML (imported only then)."""
+    if mock_gpus is not None:
+        return MockBackend(mock_gpus)
+    import pynvml
+
+    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
+
+
+async def serve_device_plugin(
+    settings: DevicePluginSettings, kubeconfig: Path | None, stop: asyncio.Event
+) -> None:
+    """Run until `stop`."""
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        async with DevicePlugin(settings, client, open_gpu_backend(settings.mock_gpus)):
+            await stop.wait()
+    finally:
+        await client.aclose()
