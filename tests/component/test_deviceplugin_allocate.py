@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deviceplugin_rig import NODE, RESOURCE, UUID_A, UUID_B, Rig, bounded, node_rig
+from deviceplugin_rig import NODE, RESOURCE, UUID_A, UUID_B, GpuNode, bounded, node_rig
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.hami_annotations import (
@@ -38,12 +38,12 @@ def annotations(obj: dict[str, Any]) -> dict[str, str]:
     return obj["metadata"].get("annotations") or {}
 
 
-async def admit(rig: Rig, uid: str, *containers: ContainerRequest) -> Any:
+async def admit(rig: GpuNode, uid: str, *containers: ContainerRequest) -> Any:
     return await bounded(rig.kubelet.admit_pod(uid, RESOURCE, list(containers)))
 
 
 def cdi_path_edits(
-    rig: Rig, response: pb2.ContainerAllocateResponse, pod_uid: str, container: str, grants
+    rig: GpuNode, response: pb2.ContainerAllocateResponse, pod_uid: str, container: str, grants
 ) -> tuple[dict[str, str], list[tuple[str, str, bool]]]:
     """What the DRA path's CDI spec would carry for the same share, in the same cache dir."""
     nonce = posixpath.basename(response.envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"]).split(".")[0]
