@@ -27,6 +27,7 @@ from legacy_fixtures import (
 from api.hami_annotations import (
     BIND_PHASE,
     BIND_TIME,
+    NODE_HANDSHAKE,
     NODE_LOCK,
     NODE_NVIDIA_REGISTER,
     VGPU_DEVICES_ALLOCATED,
@@ -265,3 +266,21 @@ async def test_changed_register_annotation_rereads_the_node(cluster) -> None:
         await server.state.nodes.wait_for(lambda _: server.state.inventory["n1"].node is None)
         other = await create_pod(client, gpu_pod("q", NS, gpumem=3000))
         assert (await scheduler.filter(other, nodes)).failed == {"n1": "node unregistered"}
+
+
+async def test_bind_of_a_pod_without_gpu_takes_no_lock(cluster) -> None:
+    server_api, client = cluster
+    await add_gpu_node(client, "n1")
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        await server.state.nodes.wait_for(
+            lambda store: NODE_HANDSHAKE in store["n1"]["metadata"]["annotations"]
+        )
+        pod = await create_pod(client, gpu_pod("cpu", NS, gpu=None))
+        writes = server_api.faults.count("/nodes/n1", verb="PATCH")
+        await scheduler.bind(pod, "n1")
+        assert server_api.faults.count("/nodes/n1", verb="PATCH") == writes
+        node = await client.get(object_path("/api/v1/nodes", "n1"))
+        assert NODE_LOCK not in node["metadata"]["annotations"]
+        stored = await client.get(object_path(pods_path(NS), "cpu"))
+        assert stored["spec"]["nodeName"] == "n1"
