@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import MAX_EMAX, MIN_EMIN, ROUND_UP, Context, Decimal, Inexact
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_UP, Context, Decimal, Inexact, localcontext
 
 MIB = 1 << 20
 INT64_MAX = (1 << 63) - 1
@@ -178,3 +178,44 @@ def format_quantity(value: int) -> str:
         magnitude //= 1024
         power += 1
     return f"{sign}{magnitude}{_BINARY_SUFFIXES[power]}"
+
+
+_DECIMAL_BY_EXPONENT = {exponent: suffix for suffix, exponent in _DECIMAL_SI.items()}
+
+
+def quantity_form(text: str) -> str:
+    """The format apimachinery remembers from the suffix: "binary", "decimal" or "exponent"."""
+    suffix = _scan(text)[4]
+    if suffix in _BINARY_SI:
+        return "binary"
+    return "decimal" if suffix in _DECIMAL_SI else "exponent"
+
+
+def format_quantity_value(value: Decimal, form: str = "binary") -> str:
+    """The text `Quantity.String()` gives for a value held in that format.
+
+    A binary value that is a whole number of at least 1024 in magnitude takes the
+    largest power-of-1024 suffix dividing it; anything else is written as
+    mantissa x 10^(3k) with the SI suffix (or `e<k>` for the exponent format),
+    the mantissa as small as whole numbers allow ("1500", "1k", "500m").
+    """
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    with localcontext() as context:
+        context.prec = 80
+        magnitude = abs(value)
+        if form == "binary" and magnitude >= 1024 and magnitude == magnitude.to_integral_value():
+            return f"{sign}{format_quantity(int(magnitude))}"
+        mantissa = int(magnitude.scaleb(-_NANO_SCALE).to_integral_value(rounding=ROUND_UP))
+    exponent = _NANO_SCALE
+    while exponent < 18 and mantissa % 1000 == 0:
+        mantissa, exponent = mantissa // 1000, exponent + 3
+    if form == "exponent":
+        return f"{sign}{mantissa}e{exponent}" if exponent else f"{sign}{mantissa}"
+    return f"{sign}{mantissa}{_DECIMAL_BY_EXPONENT[exponent]}"
+
+
+def canonical_quantity(text: str) -> str:
+    """A quantity string as kube-apiserver stores it (`81920Mi` -> `80Gi`, `3000` -> `3k`)."""
+    return format_quantity_value(parse_quantity(text), quantity_form(text))

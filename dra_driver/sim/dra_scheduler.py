@@ -13,7 +13,7 @@ By default it never allocates claims itself (the controller-allocated mode: an
 unallocated claim leaves the pod pending). With `SchedulerSettings(allocate=True)` it
 also runs the structured-parameters allocator for the subset this driver publishes, so
 the scheduler-allocated mode can be simulated: devices of complete, newest-generation
-pools on the node, matched by DeviceClass and request selectors (a CEL subset), never
+pools on the node, matched by DeviceClass and request selectors (CEL, via dra_cel), never
 one with a NoSchedule/NoExecute taint the request does not tolerate, and consumable
 capacity rounded up by each capacity's requestPolicy and summed over every allocated
 claim. The allocation, the reservation and the `resource.kubernetes.io/delete-protection`
@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from api.quantity import QuantityError, format_quantity, parse_quantity
+from dra_driver.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
 from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
@@ -212,39 +212,6 @@ def claim_failure(
 DeviceKey = tuple[str, str, str]
 DeviceMatcher = Callable[[str, Mapping[str, Any]], bool]
 _EXACT = Context(prec=200)
-_SUPPORTED_CEL = (
-    "supported: `&&` conjunctions of device.driver == '<name>', "
-    "device.allowMultipleAllocations == true|false and "
-    'device.attributes["<domain>"].<name> ==|!= <string|int|bool>'
-)
-_STRING = r"""(?:'(?P<{0}1>[^']*)'|"(?P<{0}2>[^"]*)")"""
-_DRIVER_CLAUSE = re.compile(r"device\.driver\s*(?P<op>==|!=)\s*" + _STRING.format("v"))
-_MULTI_CLAUSE = re.compile(
-    r"device\.allowMultipleAllocations(?:\s*(?P<op>==|!=)\s*(?P<v>true|false))?"
-)
-_ATTRIBUTE_CLAUSE = re.compile(
-    r"device\.attributes\[\s*" + _STRING.format("d") + r"\s*\]"
-    r"(?:\.(?P<n>[A-Za-z_][A-Za-z0-9_]*)|\[\s*" + _STRING.format("m") + r"\s*\])"
-    r"\s*(?P<op>==|!=)\s*(?P<v>.+)"
-)
-_INT = re.compile(r"-?[0-9]+")
-_QUOTED = re.compile(r"'([^']*)'|\"([^\"]*)\"")
-
-
-def _quoted(match: re.Match[str], group: str) -> str | None:
-    first, second = match.group(f"{group}1"), match.group(f"{group}2")
-    return first if first is not None else second
-
-
-def _literal(text: str) -> str | int | bool:
-    text = text.strip()
-    if quoted := _QUOTED.fullmatch(text):
-        return quoted.group(1) if quoted.group(1) is not None else quoted.group(2)
-    if text in ("true", "false"):
-        return text == "true"
-    if _INT.fullmatch(text):
-        return int(text)
-    raise ValueError(text)
 
 
 def unqualified(name: str, driver: str) -> str:
@@ -253,80 +220,28 @@ def unqualified(name: str, driver: str) -> str:
     return name[len(prefix) :] if name.startswith(prefix) else name
 
 
-def _attribute_equals(
-    device: Mapping[str, Any], driver: str, domain: str, name: str, wanted: str | int | bool
-) -> bool | None:
-    """Whether the attribute equals `wanted`; None where CEL would fail (absent, other type)."""
-    attributes = {unqualified(k, driver): v for k, v in (device.get("attributes") or {}).items()}
-    key = name if domain == driver else f"{domain}/{name}"
-    value = attributes.get(key)
-    if not isinstance(value, Mapping):
-        return None
-    kind = "bool" if isinstance(wanted, bool) else "int" if isinstance(wanted, int) else "string"
-    if kind not in value:
-        return None
-    return bool(value[kind] == wanted)
-
-
-def _clause_matcher(clause: str) -> DeviceMatcher | None:
-    if clause == "true":
-        return lambda driver, device: True
-    if match := _DRIVER_CLAUSE.fullmatch(clause):
-        name, equal = _quoted(match, "v"), match.group("op") == "=="
-        return lambda driver, device: (driver == name) == equal
-    if match := _MULTI_CLAUSE.fullmatch(clause):
-        wanted = (match.group("v") or "true") == "true"
-        if match.group("op") == "!=":
-            wanted = not wanted
-        return lambda driver, device: bool(device.get("allowMultipleAllocations")) == wanted
-    if match := _ATTRIBUTE_CLAUSE.fullmatch(clause):
-        domain = _quoted(match, "d") or ""
-        name = match.group("n") or _quoted(match, "m") or ""
-        try:
-            wanted = _literal(match.group("v"))
-        except ValueError:
-            return None
-        equal = match.group("op") == "=="
-
-        def attribute(driver: str, device: Mapping[str, Any]) -> bool:
-            same = _attribute_equals(device, driver, domain, name, wanted)
-            return same is not None and same == equal
-
-        return attribute
-    return None
-
-
-def compile_selector(expression: str, field_path: str) -> DeviceMatcher:
-    """A device predicate for the CEL subset the project's classes and claims use.
-
-    Anything else raises InvalidParameterError naming the field: the stand-in must not
-    guess what an expression it cannot evaluate would select.
-    """
-    text = expression.strip()
-    if "||" in text:
-        raise InvalidParameterError(
-            field_path, f"unsupported CEL {expression!r} ({_SUPPORTED_CEL})"
-        )
-    matchers = []
-    for raw in text.split("&&"):
-        clause = raw.strip()
-        while clause.startswith("(") and clause.endswith(")"):
-            clause = clause[1:-1].strip()
-        matcher = _clause_matcher(clause)
-        if matcher is None:
-            raise InvalidParameterError(
-                field_path, f"unsupported CEL {expression!r} ({_SUPPORTED_CEL})"
-            )
-        matchers.append(matcher)
-    return lambda driver, device: all(m(driver, device) for m in matchers)
-
-
 def selectors_matcher(selectors: Sequence[Mapping[str, Any]], field_path: str) -> DeviceMatcher:
-    compiled = [
-        compile_selector(((s.get("cel") or {}).get("expression") or ""), f"{field_path}[{i}]")
-        for i, s in enumerate(selectors)
-    ]
-    return lambda driver, device: all(m(driver, device) for m in compiled)
+    """All the selectors' CEL expressions (dra_cel, as kube-scheduler evaluates them).
+
+    An expression that does not compile raises InvalidParameterError naming the field;
+    one that fails on a device raises CelEvaluationError, which fails the allocation, as
+    a CEL runtime error does in kube-scheduler.
+    """
+    compiled = []
+    for index, selector in enumerate(selectors):
+        expression = (selector.get("cel") or {}).get("expression") or ""
+        try:
+            compiled.append(compile_selector(expression))
+        except CelCompileError as error:
+            raise InvalidParameterError(
+                f"{field_path}[{index}].cel.expression", error.reason
+            ) from error
+
+    def matches(driver: str, device: Mapping[str, Any]) -> bool:
+        view = cel_device_from_slice(driver, device)
+        return all(selector.matches(view) for selector in compiled)
+
+    return matches
 
 
 def untolerated_device_taint(
@@ -798,7 +713,10 @@ class DRAScheduler:
                 planned = None
                 if context is not None:
                     devices = node_pool_devices(context.slices, node)
-                    planned = plan_allocation(context.requests, devices, context.usage)
+                    try:
+                        planned = plan_allocation(context.requests, devices, context.usage)
+                    except InvalidParameterError as error:
+                        return await self._reject(pod, "SchedulerError", str(error))
                 if planned is None:
                     reason = CANNOT_ALLOCATE, False
                 else:

@@ -223,6 +223,7 @@ def test_events_leases_and_quotas_are_served(api: ApiClient, ns: str) -> None:
         ns,
         {
             "metadata": {"name": "e1"},
+            "regarding": {"kind": "Pod", "name": "q", "namespace": ns},
             "eventTime": "2026-01-01T00:00:00.000000Z",
             "reason": "Prepared",
             "action": "Prepare",
@@ -235,7 +236,11 @@ def test_events_leases_and_quotas_are_served(api: ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
     core.create_namespaced_event(
         ns,
-        {"metadata": {"name": "e2"}, "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "R"},
+        {
+            "metadata": {"name": "e2"},
+            "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns},
+            "reason": "R",
+        },
     )
     found = core.list_namespaced_event(ns, field_selector="involvedObject.name=p").items
     assert [e.metadata.name for e in found] == ["e2"]

@@ -87,17 +87,15 @@ def test_strategic_merge_merges_lists_by_key(api: ApiClient, ns: str) -> None:
                 "labels": {"new": "1"},
                 "finalizers": ["b.example.com/f", "a.example.com/f"],
             },
-            "spec": {
-                "containers": [
-                    {"name": "one", "image": "img:2"},
-                    {"name": "two", "$patch": "delete"},
-                ]
-            },
+            "spec": {"containers": [{"name": "one", "image": "img:2"}]},
         },
     )
     assert patched.metadata.labels == {"keep": "yes", "new": "1"}
     assert patched.metadata.finalizers == ["a.example.com/f", "b.example.com/f"]
-    assert [(c.name, c.image) for c in patched.spec.containers] == [("one", "img:2")]
+    assert [(c.name, c.image) for c in patched.spec.containers] == [
+        ("one", "img:2"),
+        ("two", "img:1"),
+    ]
     assert [e.name for e in patched.spec.containers[0].env] == ["A"]
     removed = core.patch_namespaced_pod(
         "smp",
@@ -174,13 +172,15 @@ def test_merge_patch_replaces_lists_and_null_deletes(api: ApiClient, ns: str) ->
         "merge",
         ns,
         {
-            "metadata": {"labels": {"keep": None, "b": "2"}},
-            "spec": {"containers": [{"name": "solo", "image": "i:1"}]},
+            "metadata": {
+                "labels": {"keep": None, "b": "2"},
+                "finalizers": ["solo.example.com/f"],
+            },
         },
         _content_type=MERGE,
     )
     assert patched.metadata.labels == {"b": "2"}
-    assert [c.name for c in patched.spec.containers] == ["solo"]
+    assert patched.metadata.finalizers == ["solo.example.com/f"]
 
 
 def test_json_patch_applies_operations_and_honours_test(api: ApiClient, ns: str) -> None:

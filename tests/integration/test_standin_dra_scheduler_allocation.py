@@ -14,14 +14,15 @@ import pytest
 from kubernetes import client, config, watch
 
 from api.quantity import parse_quantity
+from dra_driver.dra_cel import CelEvaluationError
 from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.dra_scheduler import (
     DELETE_PROTECTION,
     DRAScheduler,
     SchedulerSettings,
-    compile_selector,
     round_up_request,
+    selectors_matcher,
 )
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
@@ -434,15 +435,19 @@ async def test_a_template_claim_is_found_through_the_pod_status(api: client.ApiC
     assert result["consumedCapacity"] == {"memory": "80Gi", "cores": "50", "shares": "1"}
 
 
-async def test_an_unsupported_selector_is_reported(api: client.ApiClient) -> None:
-    await add_class(api, "device.capacity['vgpu.hami.io'].memory.compareTo(quantity('1Gi')) > 0")
+async def test_a_selector_failing_on_a_device_is_reported(api: client.ApiClient) -> None:
+    await add_class(api, 'device.attributes["vgpu.hami.io"].nosuch == "x"')
     await add_node(api, "node-a")
     await add_pod(api, "p", request())
 
     outcome = await DRAScheduler(api, settings=ALLOCATING).schedule(NAMESPACE, "p")
 
     assert outcome.reason == "SchedulerError"
-    assert f'DeviceClass "{DRIVER}"' in outcome.message and "unsupported CEL" in outcome.message
+    assert "no such member" in outcome.message and "nosuch" in outcome.message
+
+
+def selected(expression: str, device: dict[str, Any]) -> bool:
+    return selectors_matcher([{"cel": {"expression": expression}}], "selector")(DRIVER, device)
 
 
 @pytest.mark.parametrize(
@@ -451,7 +456,6 @@ async def test_an_unsupported_selector_is_reported(api: client.ApiClient) -> Non
         (CLASS_SELECTOR, {"allowMultipleAllocations": True}, True),
         (CLASS_SELECTOR, {}, False),
         ("device.driver == 'other.io'", {}, False),
-        ('device.attributes["vgpu.hami.io"].type == "NVIDIA-A100"', {}, False),
         (
             'device.attributes["vgpu.hami.io"].type == "NVIDIA-A100"',
             {"attributes": {"type": {"string": "NVIDIA-A100"}}},
@@ -468,22 +472,33 @@ async def test_an_unsupported_selector_is_reported(api: client.ApiClient) -> Non
             True,
         ),
         (
-            'device.attributes["vgpu.hami.io"].index == "1"',
-            {"attributes": {"index": {"int": 1}}},
-            False,
+            "device.capacity['vgpu.hami.io'].memory.compareTo(quantity('1Gi')) > 0",
+            {"capacity": {"memory": {"value": "80Gi"}}},
+            True,
         ),
+        ("device.driver == 'a' || device.driver.startsWith('vgpu')", {}, True),
     ],
 )
-def test_cel_subset(expression: str, device: dict[str, Any], matches: bool) -> None:
-    assert compile_selector(expression, "selector")(DRIVER, device) is matches
+def test_selectors_evaluate_as_cel(expression: str, device: dict[str, Any], matches: bool) -> None:
+    assert selected(expression, device) is matches
 
 
 @pytest.mark.parametrize(
-    "expression", ["device.driver == 'a' || device.driver == 'b'", "device.driver.startsWith('a')"]
+    "expression",
+    [
+        'device.attributes["vgpu.hami.io"].type == "NVIDIA-A100"',
+        'device.attributes["vgpu.hami.io"].index == "1"',
+    ],
 )
-def test_cel_outside_the_subset_is_refused(expression: str) -> None:
-    with pytest.raises(InvalidParameterError, match="unsupported CEL"):
-        compile_selector(expression, "selector")
+def test_a_selector_failing_on_a_device_never_matches(expression: str) -> None:
+    with pytest.raises(CelEvaluationError):
+        selected(expression, {"attributes": {"index": {"int": 1}}})
+
+
+@pytest.mark.parametrize("expression", ["device.driver == ", "device.gpu == 'a'"])
+def test_a_selector_that_does_not_compile_is_refused(expression: str) -> None:
+    with pytest.raises(InvalidParameterError, match=r"selector\[0\]\.cel\.expression: compilation"):
+        selected(expression, {})
 
 
 def bound(pod: client.V1Pod) -> bool:

@@ -28,10 +28,10 @@ from .errors import (
     gone,
     invalid_object,
     not_found,
-    required,
 )
 from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from .registry import ResourceType
+from .rules import binding_node
 from .selectors import FieldTerm, Requirement, fields_match, labels_match
 from .store import ADDED, DELETED, MODIFIED, Storage, owner_uids
 from .validation import validate_metadata
@@ -225,6 +225,8 @@ class Cluster:
             meta["generation"] = 1
         if resource.on_create is not None:
             resource.on_create(obj)
+        if resource.normalize is not None:
+            resource.normalize(obj, None)
         self._validate(resource, obj, None, status_only=False)
         if (meta.get("namespace", ""), meta["name"]) in bucket.objects:
             raise already_exists(target(resource, meta["name"]))
@@ -268,6 +270,8 @@ class Cluster:
         wanted_rv = obj["metadata"].get("resourceVersion")
         if wanted_rv and wanted_rv != old_meta["resourceVersion"]:
             raise conflict(target(resource, old_meta["name"]), STALE)
+        if resource.normalize is not None:
+            resource.normalize(obj, old)
         if subresource == "status":
             new = dict(old)
             new["metadata"] = dict(old_meta)
@@ -330,9 +334,7 @@ class Cluster:
     def bind(self, namespace: str, name: str, body: Any) -> None:
         pods = self.storage.registry.get("", "v1", "pods")
         binding_target = Target("", "pods/binding", "Binding", name)
-        node = ((body or {}).get("target") or {}).get("name") if isinstance(body, dict) else None
-        if not node:
-            raise invalid_object(binding_target, [required("target.name")])
+        node = binding_node(name, body)
         old = self.get(pods, namespace, name)
         spec = old.get("spec") or {}
         if old["metadata"].get("deletionTimestamp"):

@@ -200,6 +200,20 @@ def bad_request(message: str) -> ApiError:
     return ApiError(400, message)
 
 
+QUANTITY_PATTERN = "^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+
+
+def undecodable(kind: str, version: str, reason: str) -> ApiError:
+    """The body does not decode into the type (a field of the wrong form): 400, not 422."""
+    return ApiError(400, f'{kind} in version "{version}" cannot be handled as a {kind}: {reason}')
+
+
+def unparsable_quantity(kind: str, version: str = "v1") -> ApiError:
+    return undecodable(
+        kind, version, f"quantities must match the regular expression '{QUANTITY_PATTERN}'"
+    )
+
+
 def gone(message: str) -> ApiError:
     return ApiError(410, message)
 

@@ -6,14 +6,25 @@ from dataclasses import dataclass, field
 
 from .rules import (
     Defaulter,
+    Normalizer,
     Validator,
     clear_status,
     default_namespace,
     default_pod,
+    normalize_pod,
+    validate_pod,
+    validate_pod_status,
+)
+from .rules_coordination import normalize_lease, validate_lease
+from .rules_events import validate_core_event, validate_event_v1
+from .rules_resource import (
+    empty_status,
+    normalize_claim_template,
+    normalize_resource_claim,
+    normalize_resource_slice,
     validate_claim_status,
     validate_claim_template,
     validate_device_class,
-    validate_pod,
     validate_resource_claim,
     validate_resource_slice,
 )
@@ -39,6 +50,8 @@ class ResourceType:
     validate: Validator | None = None
     validate_status: Validator | None = None
     on_create: Defaulter | None = None
+    normalize: Normalizer | None = None
+    """Runs on every write before validation: decoding checks (400), defaults, canonical forms."""
     tracks_generation: bool = True
     create_on_update: bool = False
     graceful_deletion: bool = False
@@ -139,7 +152,9 @@ RESOURCES: tuple[ResourceType, ...] = (
         ("po",),
         POD_FIELDS,
         validate=validate_pod,
+        validate_status=validate_pod_status,
         on_create=default_pod,
+        normalize=normalize_pod,
         graceful_deletion=True,
     ),
     ResourceType(
@@ -150,6 +165,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         short_names=("ev",),
         fields=EVENT_FIELDS,
+        validate=validate_core_event,
         tracks_generation=False,
         create_on_update=True,
     ),
@@ -175,6 +191,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         True,
         short_names=("ev",),
         fields=EVENTS_V1_FIELDS,
+        validate=validate_event_v1,
         tracks_generation=False,
         create_on_update=True,
     ),
@@ -184,6 +201,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         "leases",
         "Lease",
         True,
+        validate=validate_lease,
+        normalize=normalize_lease,
         tracks_generation=False,
         create_on_update=True,
     ),
@@ -203,6 +222,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         False,
         fields=frozenset({"spec.nodeName", "spec.driver", "spec.pool.name"}),
         validate=validate_resource_slice,
+        normalize=normalize_resource_slice,
     ),
     ResourceType(
         "resource.k8s.io",
@@ -213,7 +233,8 @@ RESOURCES: tuple[ResourceType, ...] = (
         STATUS,
         validate=validate_resource_claim,
         validate_status=validate_claim_status,
-        on_create=clear_status,
+        on_create=empty_status,
+        normalize=normalize_resource_claim,
     ),
     ResourceType(
         "resource.k8s.io",
@@ -222,6 +243,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "ResourceClaimTemplate",
         True,
         validate=validate_claim_template,
+        normalize=normalize_claim_template,
     ),
 )
 
