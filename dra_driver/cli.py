@@ -104,6 +104,12 @@ def _status(args: argparse.Namespace) -> int:
     return asyncio.run(run_status(args.kubeconfig, settings))
 
 
+def _legacy_scheduler(args: argparse.Namespace) -> int:
+    from controller.legacy.command import run_legacy
+
+    return run_legacy(args)
+
+
 def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
@@ -341,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     healthcheck.add_argument("--socket", type=Path, action="append", required=True)
     healthcheck.add_argument("--timeout", type=float, default=3.0, help="seconds per socket")
     healthcheck.set_defaults(handler=_healthcheck)
+    from controller.legacy.command import add_legacy_parsers
+
+    add_legacy_parsers(commands, _add_process_args, _legacy_scheduler)
     return parser
 
 

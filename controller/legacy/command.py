@@ -1,0 +1,108 @@
+"""`dra-driver extender`, `dra-driver webhook`, `dra-driver scheduler` (both in one process).
+
+The flags are HAMi's scheduler flags where HAMi has one (`--scheduler-name`,
+`--node-scheduler-policy`, `--gpu-scheduler-policy`, `--node-lock-timeout`,
+`--force-overwrite-default-scheduler`, `--device-config-file`), each with an
+environment variable. Heavy imports wait until a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+ROLES = {
+    "extender": (True, False, "the kube-scheduler extender (/filter, /bind)"),
+    "webhook": (False, True, "the mutating admission webhook (/webhook)"),
+    "scheduler": (True, True, "extender and webhook in one process, as HAMi's scheduler"),
+}
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def add_legacy_parsers(
+    commands: Any,
+    add_process_args: Callable[[argparse.ArgumentParser], None],
+    handler: Callable[[argparse.Namespace], int],
+) -> None:
+    """Register the three legacy-mode commands on the CLI's subparsers."""
+    for name, (extender, webhook, summary) in ROLES.items():
+        parser = commands.add_parser(
+            name,
+            help=f"legacy mode: {summary}",
+            description=(
+                f"Legacy (device-plugin) mode, HAMi-compatible: {summary}. Served over "
+                "HTTP(S) with /healthz and /readyz; reads HAMi's device-config.yaml."
+            ),
+        )
+        parser.add_argument("--host", default=_env("LEGACY_HOST", "0.0.0.0"))
+        parser.add_argument("--port", type=int, default=int(_env("LEGACY_PORT", "8080")))
+        parser.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None)
+        parser.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None)
+        parser.add_argument(
+            "--device-config-file",
+            type=Path,
+            default=_env("DEVICE_CONFIG_FILE", "") or None,
+            help="HAMi device-config.yaml (nvidia: resource names and defaults)",
+        )
+        parser.add_argument("--scheduler-name", default=_env("SCHEDULER_NAME", "hami-scheduler"))
+        parser.add_argument(
+            "--node-scheduler-policy", default=_env("NODE_SCHEDULER_POLICY", "binpack")
+        )
+        parser.add_argument(
+            "--gpu-scheduler-policy", default=_env("GPU_SCHEDULER_POLICY", "spread")
+        )
+        parser.add_argument(
+            "--node-lock-timeout",
+            type=float,
+            default=float(_env("HAMI_NODELOCK_EXPIRE_SECONDS", "300")),
+            help="seconds after which a node lock is taken over",
+        )
+        parser.add_argument(
+            "--force-overwrite-default-scheduler",
+            action=argparse.BooleanOptionalAction,
+            default=_env("FORCE_OVERWRITE_DEFAULT_SCHEDULER", "true") == "true",
+        )
+        add_process_args(parser)
+        parser.set_defaults(handler=handler, extender=extender, webhook=webhook)
+
+
+def run_legacy(args: argparse.Namespace) -> int:
+    """Build the settings from the flags and serve until SIGINT/SIGTERM."""
+    from controller.legacy.config import LegacySettings, load_device_config
+    from controller.legacy.server import ServeSettings, serve_legacy
+    from dra_driver.engine.engine import EngineSettings
+    from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
+    from dra_driver.errors import InvalidParameterError
+    from dra_driver.runtime import configure_logging, run_until_signalled
+
+    configure_logging(args.log_level)
+    parse_gpu_policy(args.gpu_scheduler_policy)
+    parse_node_policy(args.node_scheduler_policy)
+    if args.node_lock_timeout <= 0:
+        raise InvalidParameterError("--node-lock-timeout", "must be a positive number of seconds")
+    settings = LegacySettings(
+        device_config=load_device_config(args.device_config_file),
+        scheduler_name=args.scheduler_name,
+        engine=EngineSettings(
+            gpu_policy=args.gpu_scheduler_policy, node_policy=args.node_scheduler_policy
+        ),
+        node_lock_timeout=timedelta(seconds=args.node_lock_timeout),
+        force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
+    )
+    serve = ServeSettings(
+        host=args.host,
+        port=args.port,
+        extender=args.extender,
+        webhook=args.webhook,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+    serve.ssl_context()
+    return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))
