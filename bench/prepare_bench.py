@@ -89,6 +89,10 @@ async def main(args: argparse.Namespace) -> None:
     (root / "gpus.yaml").write_text("gpus:\n" + gpus)
     (root / "boot_id").write_text("bench\n")
     (root / "mountinfo").write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n")
+    (root / "vgpu").mkdir()
+    (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
+    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpulock").mkdir()
     settings = PluginSettings(
         node_name=NODE,
         registry_dir=root / "registry",
@@ -96,7 +100,11 @@ async def main(args: argparse.Namespace) -> None:
         cdi_dir=root / "cdi",
         boot_id_file=root / "boot_id",
         mock_gpus=root / "gpus.yaml",
-        libvgpu=LibvgpuPaths(host_dir=str(root / "vgpu"), cache_root=str(root / "vgpu")),
+        libvgpu=LibvgpuPaths(
+            host_dir=str(root / "vgpu"),
+            cache_root=str(root / "vgpu"),
+            lock_dir=str(root / "vgpulock"),
+        ),
         cache_dirs=CacheDirSettings(
             self_mountinfo=str(root / "mountinfo"), mountinfo_glob=str(root / "none-*")
         ),

@@ -2,16 +2,19 @@
 
 A claim gets one spec file whose devices are the claim's allocated devices
 (or shares of them). Each device carries the libvgpu env and mounts the
-plugin computed for it plus, unless the NVIDIA CDI device of the same GPU is
-handed to the runtime alongside ours, the GPU's device node; the control
-nodes every CUDA process needs go once into the spec-wide edits.
+plugin computed for it plus the GPU's device node; the control nodes every
+CUDA process needs go once into the spec-wide edits. A runtime stats every
+device node on the host and refuses the container when one is missing, so
+the caller says which nodes the host has (`host_nodes`) and only those are
+listed: none for mock GPUs, none when the NVIDIA CDI device of the same GPU
+supplies them.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -100,12 +103,21 @@ class CdiMount:
 
 
 @dataclass(frozen=True, slots=True)
+class CdiDeviceNode:
+    path: str
+    """Where the node appears in the container."""
+
+    host_path: str = ""
+    """Where the runtime finds it on the host; "" when it is `path` itself."""
+
+
+@dataclass(frozen=True, slots=True)
 class CdiContainerEdits:
     env: tuple[str, ...] = ()
     """`NAME=value` entries."""
 
-    device_nodes: tuple[str, ...] = ()
-    """Node paths, the same on host and in the container; the runtime reads type and numbers."""
+    device_nodes: tuple[CdiDeviceNode, ...] = ()
+    """The runtime reads each host node's type and numbers, so it must exist there."""
 
     mounts: tuple[CdiMount, ...] = ()
 
@@ -117,7 +129,12 @@ class CdiContainerEdits:
         if self.env:
             document["env"] = list(self.env)
         if self.device_nodes:
-            document["deviceNodes"] = [{"path": path} for path in self.device_nodes]
+            document["deviceNodes"] = [
+                {"path": node.path, "hostPath": node.host_path}
+                if node.host_path and node.host_path != node.path
+                else {"path": node.path}
+                for node in self.device_nodes
+            ]
         if self.mounts:
             document["mounts"] = [
                 {
@@ -207,20 +224,28 @@ def _device_names(claim_uid: ClaimUID, devices: Sequence[ClaimDeviceEdits]) -> l
     return names
 
 
+def _nodes(paths: Sequence[str], host_nodes: Mapping[str, str]) -> tuple[CdiDeviceNode, ...]:
+    return tuple(CdiDeviceNode(path, host_nodes[path]) for path in paths if path in host_nodes)
+
+
 def build_claim_spec(
     claim_uid: str,
     devices: Sequence[ClaimDeviceEdits],
     *,
     common: ContainerEditsShape | None = None,
-    with_device_nodes: bool = True,
+    host_nodes: Mapping[str, str] | None = None,
 ) -> CdiSpec:
     """The claim's spec; deterministic, so a repeated prepare writes the same file.
 
     `common` edits apply once whenever any device of the claim is injected
     (claim-wide env such as the visible-device list, and the mounts), while
-    each device carries what is its own. `with_device_nodes=False` leaves the
-    nodes to the NVIDIA CDI device the plugin returns next to ours.
+    each device carries what is its own. `host_nodes` maps the container path
+    of each NVIDIA device node the host has to its host path: a GPU's
+    `/dev/nvidia<minor>` and the control nodes are listed only when present
+    there, and none at all without it (mock GPUs; or the NVIDIA CDI device the
+    plugin returns next to ours supplies them).
     """
+    host_nodes = host_nodes or {}
     uid = validate_claim_uid(claim_uid)
     if not devices:
         raise InvalidParameterError("devices", f"claim {uid} has no device to write a spec for")
@@ -233,7 +258,7 @@ def build_claim_spec(
             raise InvalidParameterError("gpuMinor", f"{device.gpu_minor!r} is not a minor number")
         edits = CdiContainerEdits(
             env=tuple(_env_entry(variable) for variable in device.edits.env),
-            device_nodes=(nvidia_device_node(device.gpu_minor),) if with_device_nodes else (),
+            device_nodes=_nodes([nvidia_device_node(device.gpu_minor)], host_nodes),
             mounts=tuple(_cdi_mount(mount) for mount in device.edits.mounts),
         )
         if edits.is_empty():
@@ -244,7 +269,7 @@ def build_claim_spec(
         cdi_devices.append(CdiDevice(name, edits))
     common_edits = CdiContainerEdits(
         env=tuple(_env_entry(variable) for variable in common.env) if common else (),
-        device_nodes=NVIDIA_CONTROL_DEVICE_NODES if with_device_nodes else (),
+        device_nodes=_nodes(NVIDIA_CONTROL_DEVICE_NODES, host_nodes),
         mounts=tuple(_cdi_mount(mount) for mount in common.mounts) if common else (),
     )
     return CdiSpec(claim_uid=uid, devices=tuple(cdi_devices), common_edits=common_edits)

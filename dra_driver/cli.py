@@ -49,9 +49,15 @@ def _monitor(args: argparse.Namespace) -> int:
 
 def _kubelet_plugin(args: argparse.Namespace) -> int:
     from dra_driver.runtime import configure_logging, run_until_signalled
-    from kubeletplugin.service import remove_node_slices, serve_kubelet_plugin, settings_from_args
+    from kubeletplugin.service import (
+        quiet_library_loggers,
+        remove_node_slices,
+        serve_kubelet_plugin,
+        settings_from_args,
+    )
 
     configure_logging(args.log_level)
+    quiet_library_loggers(args.library_log_level)
     settings = settings_from_args(args)
     if args.remove_slices:
         asyncio.run(remove_node_slices(settings, args.kubeconfig))
@@ -217,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--vgpu-dir",
         default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
         help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
+    )
+    plugin.add_argument(
+        "--lock-dir",
+        default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
+        help="host lock dir mounted into containers (made by install-libvgpu)",
+    )
+    plugin.add_argument(
+        "--library-log-level",
+        default=_env("LIBRARY_LOG_LEVEL", "WARNING"),
+        help="level of the grpc and watchfiles loggers, kept out of --log-level DEBUG",
     )
     plugin.add_argument(
         "--nvidia-cdi-prefix",

@@ -58,6 +58,8 @@ class ClaimRecord:
     state: PrepareState
     devices: tuple[PreparedDevice, ...] = ()
     cache_nonce: str = ""
+    pods: tuple[str, ...] = ()
+    """`namespace/name` of the pods that had reserved the claim at prepare."""
 
 
 @dataclass(slots=True)
@@ -73,6 +75,7 @@ def _record_to_json(record: ClaimRecord) -> dict[str, Any]:
         "name": record.name,
         "state": record.state.value,
         "cache_nonce": record.cache_nonce,
+        "pods": list(record.pods),
         "devices": [
             {
                 "request_names": list(d.request_names),
@@ -107,6 +110,7 @@ def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
         state=PrepareState(data["state"]),
         devices=devices,
         cache_nonce=data.get("cache_nonce", ""),
+        pods=tuple(data.get("pods", ())),
     )
 
 
@@ -160,14 +164,22 @@ def write_atomically(path: Path, content: bytes, mode: int = 0o600) -> None:
 
 
 class CheckpointFile:
-    """Load and store the checkpoint at `path`, owned by one plugin process."""
+    """Load and store the checkpoint at `path`, owned by one plugin process.
 
-    def __init__(self, path: Path, boot_id: str) -> None:
+    `legacy_path` is where an older release kept it: a checkpoint found only
+    there is moved to `path` on load, so an upgrade keeps every prepared claim.
+    """
+
+    def __init__(self, path: Path, boot_id: str, legacy_path: Path | None = None) -> None:
         self.path = path
         self.boot_id = boot_id
+        self.legacy_path = legacy_path
 
     def load(self) -> Checkpoint:
         """The checkpoint of this boot; empty when missing or from another boot."""
+        if self.legacy_path is not None and not self.path.exists() and self.legacy_path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            os.replace(self.legacy_path, self.path)
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:

@@ -41,6 +41,11 @@ class GpuInfo:
 class GpuBackend(Protocol):
     """Discovery behind an interface: the rest of the plugin never sees NVML."""
 
+    @property
+    def has_device_nodes(self) -> bool:
+        """Whether the GPUs have `/dev/nvidia*` nodes a container needs."""
+        ...
+
     def discover(self) -> Sequence[GpuInfo]: ...
 
 
@@ -69,9 +74,14 @@ class _MockNode(BaseModel):
 
 @dataclass(slots=True)
 class MockBackend:
-    """GPUs from a config file (re-read on every discovery, so edits show up)."""
+    """GPUs from a config file (re-read on every discovery, so edits show up).
+
+    Mock GPUs have no device nodes: their CDI specs must apply on a machine
+    without GPUs (kind), where a runtime refuses a spec naming `/dev/nvidia*`.
+    """
 
     path: Path
+    has_device_nodes = False
 
     def discover(self) -> Sequence[GpuInfo]:
         try:
@@ -116,6 +126,7 @@ class NvmlBackend:
     nvml: Any
     read_numa: Callable[[str], int] = field(default=lambda bus_id: 0)
     unhealthy: dict[str, str] = field(default_factory=dict)
+    has_device_nodes = True
 
     def discover(self) -> Sequence[GpuInfo]:
         nvml = self.nvml

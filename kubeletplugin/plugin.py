@@ -57,6 +57,8 @@ class PluginSettings:
     registry_dir: Path = Path("/var/lib/kubelet/plugins_registry")
     plugin_dir: Path | None = None
     """Holds dra.sock and the checkpoint; default `/var/lib/kubelet/plugins/<driver>`."""
+    dev_dir: Path = Path("/dev")
+    """The host's device nodes; the CDI spec lists only the NVIDIA nodes found here."""
     cdi_dir: Path = DEFAULT_CDI_DIR
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     mock_gpus: Path | None = None
@@ -83,6 +85,12 @@ class PluginSettings:
     @property
     def dra_socket(self) -> Path:
         return self.service_dir / "dra.sock"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """In a subdirectory: every write in the socket's directory would wake
+        the watcher that re-creates sockets kubelet wiped."""
+        return self.service_dir / "state" / "checkpoint.json"
 
 
 def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[str, DeviceCapacity]:
@@ -135,13 +143,16 @@ class KubeletPlugin:
                 node_name=settings.node_name,
                 libvgpu=settings.libvgpu,
                 cache_dirs=settings.cache_dirs,
-                with_device_nodes=settings.with_device_nodes,
+                with_device_nodes=settings.with_device_nodes and backend.has_device_nodes,
+                dev_dir=settings.dev_dir,
                 nvidia_cdi_prefix=settings.nvidia_cdi_prefix,
             ),
             client,
             lambda: self._capacities,
             CheckpointFile(
-                settings.service_dir / "checkpoint.json", read_boot_id(settings.boot_id_file)
+                settings.checkpoint_path,
+                read_boot_id(settings.boot_id_file),
+                legacy_path=settings.service_dir / "checkpoint.json",
             ),
             CdiSpecWriter(settings.cdi_dir),
             self.metrics,

@@ -5,6 +5,12 @@ driver in this node's pool, each sized from `consumedCapacity` (what the
 allocator charged) or else the opaque `VGPUConfig` (class config first, then
 claim config, scoped to requests), checked against the device's capacity.
 kubelet repeats calls, so the same claim always yields the same plan.
+
+When kube-scheduler allocates, opaque parameters are invisible to it: a
+claim with `VGPUConfig {memory: 2Gi}` and no capacity request is charged the
+whole card. The container still gets what the config asked for when that is
+within the charge, and the plan lists each such result (`uncharged`) so the
+user can be told to write a capacity request instead.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from api.quantity import MIB, QuantityError, to_bytes_ceil
+from api.quantity import MIB, QuantityError, format_quantity, to_bytes_ceil
 from api.vgpu_config import VGPUConfig, VGPUConfigError, merge_configs, parse_vgpu_config
 from dra_driver.errors import InvalidParameterError
 from kubeletplugin.gpus import GpuInfo
@@ -43,6 +49,41 @@ class DeviceGrant:
 
 
 @dataclass(frozen=True, slots=True)
+class UnchargedConfig:
+    """A result whose `VGPUConfig` asked for other amounts than its allocation charged."""
+
+    request: str
+    device: str
+    asked_memory_bytes: int | None
+    asked_cores: int | None
+    charged_memory_bytes: int
+    charged_cores: int
+    grant: DeviceGrant
+
+    def message(self) -> str:
+        """What the user reads on the claim: what happened and the capacity request to write."""
+        asked, requests = [], []
+        if self.asked_memory_bytes is not None:
+            memory = format_quantity(self.asked_memory_bytes // MIB * MIB)
+            asked.append(f"memory {memory}")
+            requests.append(f"memory: {memory}")
+        if self.asked_cores is not None:
+            asked.append(f"cores {self.asked_cores}")
+            requests.append(f'cores: "{self.asked_cores}"')
+        cores = self.grant.core_limit
+        return (
+            f"VGPUConfig of request {self.request!r} asks for {', '.join(asked)}, but the "
+            f"allocation charged device {self.device} memory "
+            f"{format_quantity(self.charged_memory_bytes)}, cores {self.charged_cores}: "
+            "opaque parameters are not capacity requests when kube-scheduler allocates. "
+            f"The container is limited to memory {format_quantity(self.grant.memory_limit_bytes)}"
+            f", {f'cores {cores}' if cores else 'no core limit'}; the device stays charged as "
+            "allocated. Ask for capacity in the claim's request instead: "
+            f"capacity: {{requests: {{{', '.join(requests)}}}}}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimPlan:
     uid: str
     namespace: str
@@ -51,6 +92,7 @@ class ClaimPlan:
     policy: CorePolicy = CorePolicy.DEFAULT
     priority: int | None = None
     disable_control: bool = False
+    uncharged: tuple[UnchargedConfig, ...] = ()
 
 
 def claim_ref(claim: Mapping[str, Any]) -> str:
@@ -84,6 +126,7 @@ def plan_claim(
         )
     configs = _configs(allocated.get("config") or [], driver, who)
     grants = []
+    uncharged = []
     effective: list[VGPUConfig] = []
     for position, result in enumerate(results):
         where = f"status.allocation.devices.results[{position}]"
@@ -99,7 +142,10 @@ def plan_claim(
             [c for source, scope, c in configs if source != "FromClass" and _in(scope, request)],
         )
         effective.append(config)
-        grants.append(_grant(result, capacity, config, where, who))
+        grant, mismatch = _grant(result, capacity, config, where, who)
+        grants.append(grant)
+        if mismatch is not None:
+            uncharged.append(mismatch)
     policy = next(
         (c.core_limit_policy for c in effective if c.core_limit_policy != "default"), None
     )
@@ -112,6 +158,7 @@ def plan_claim(
         policy=CorePolicy(policy) if policy else CorePolicy.DEFAULT,
         priority=priority,
         disable_control=any(c.disable_control for c in effective),
+        uncharged=tuple(uncharged),
     )
 
 
@@ -141,20 +188,29 @@ def _grant(
     config: VGPUConfig,
     where: str,
     who: str,
-) -> DeviceGrant:
+) -> tuple[DeviceGrant, UnchargedConfig | None]:
+    """The result's limits: what was charged, narrowed to what the config asked
+    for when that is within the charge (a charge of 0 cores means unthrottled)."""
     consumed = result.get("consumedCapacity") or {}
-    if "memory" in consumed:
-        memory = _quantity(consumed["memory"], f"{where}.consumedCapacity.memory", who)
-    elif config.memory_mib:
-        memory = config.memory_mib * MIB
+    if config.memory_mib:
+        asked_memory: int | None = config.memory_mib * MIB
     elif config.memory_percentage:
-        memory = capacity.memory_bytes * config.memory_percentage // 100
+        asked_memory = capacity.memory_bytes * config.memory_percentage // 100
     else:
-        memory = capacity.memory_bytes
+        asked_memory = None
+    asked_cores = config.cores
+    if "memory" in consumed:
+        charged_memory = _quantity(consumed["memory"], f"{where}.consumedCapacity.memory", who)
+        within = asked_memory is not None and asked_memory <= charged_memory
+        memory = asked_memory if within and asked_memory is not None else charged_memory
+    else:
+        charged_memory = memory = capacity.memory_bytes if asked_memory is None else asked_memory
     if "cores" in consumed:
-        cores = _quantity(consumed["cores"], f"{where}.consumedCapacity.cores", who)
+        charged_cores = _quantity(consumed["cores"], f"{where}.consumedCapacity.cores", who)
+        within = asked_cores is not None and (charged_cores == 0 or asked_cores <= charged_cores)
+        cores = asked_cores if within and asked_cores is not None else charged_cores
     else:
-        cores = config.cores or 0
+        charged_cores = cores = asked_cores or 0
     if memory < MIB or memory > capacity.memory_bytes:
         raise InvalidParameterError(
             f"{where}.consumedCapacity.memory",
@@ -166,7 +222,7 @@ def _grant(
             f"{where}.consumedCapacity.cores",
             f"claim {who}: {cores} cores exceed the device's {capacity.cores}",
         )
-    return DeviceGrant(
+    grant = DeviceGrant(
         request=result.get("request") or "",
         pool=result.get("pool") or "",
         device=result.get("device") or "",
@@ -174,6 +230,20 @@ def _grant(
         gpu=capacity.gpu,
         memory_limit_bytes=memory,
         core_limit=min(cores, 100),
+    )
+    differs = (asked_memory is not None and asked_memory != charged_memory) or (
+        asked_cores is not None and asked_cores != charged_cores
+    )
+    if not differs:
+        return grant, None
+    return grant, UnchargedConfig(
+        grant.request,
+        grant.device,
+        asked_memory,
+        asked_cores,
+        charged_memory,
+        charged_cores,
+        grant,
     )
 
 

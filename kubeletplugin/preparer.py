@@ -6,6 +6,11 @@ PrepareStarted is checkpointed before any side effect, the cache dir and CDI
 spec are written, and PrepareCompleted is checkpointed last. A claim left in
 PrepareStarted by a crash is rolled back and redone. Different claims run
 concurrently; every checkpoint update goes through one lock so none is lost.
+
+Before any side effect, prepare refuses what would break at container start
+or give wrong limits: a container (found through the pods in
+`status.reservedFor`) that uses two claims of this driver, and a node
+without the libvgpu files the spec mounts.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from cdi.naming import validate_claim_uid
 from cdi.spec import ClaimDeviceEdits, build_claim_spec
@@ -32,7 +39,9 @@ from kubeletplugin.checkpoint import (
     PreparedDevice,
     PrepareState,
 )
+from kubeletplugin.host_files import check_libvgpu_files, host_device_nodes
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.pod_claims import container_claims, reserving_pods
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
     DeviceCapacity,
@@ -53,6 +62,8 @@ from libvgpu.settings import LibvgpuPaths
 log = logging.getLogger(__name__)
 
 PER_ORDINAL_ENV = re.compile(r"CUDA_DEVICE_(MEMORY|SM)_LIMIT_(\d+)")
+EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
+EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +79,8 @@ class ClaimRef:
 class PrepareResult:
     devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+    pods: tuple[str, ...] = ()
+    """`namespace/name` of the pods that reserved the claim, for the log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +90,9 @@ class PreparerSettings:
     libvgpu: LibvgpuPaths = field(default_factory=LibvgpuPaths)
     cache_dirs: CacheDirSettings = field(default_factory=CacheDirSettings)
     with_device_nodes: bool = True
-    """False when the NVIDIA CDI device supplies the device nodes."""
+    """False for mock GPUs, and when the NVIDIA CDI device supplies the device nodes."""
+    dev_dir: Path = Path("/dev")
+    """Where the host's device nodes are, as the container runtime sees them."""
     nvidia_cdi_prefix: str | None = None
     """e.g. `nvidia.com/gpu`: also return `<prefix>=<uuid>` for each device."""
 
@@ -152,14 +167,21 @@ class ClaimPreparer:
         except DriverError as error:
             result = PrepareResult(error=str(error))
             self.metrics.errors.labels(operation, type(error).__name__).inc()
-        self.metrics.latency.labels(operation).observe(time.perf_counter() - began)
+        seconds = time.perf_counter() - began
+        self.metrics.latency.labels(operation).observe(seconds)
         self.metrics.operations.labels(operation, "error" if result.error else "ok").inc()
+        context = {
+            "claim": f"{claim.namespace}/{claim.name}",
+            "uid": claim.uid,
+            "node": self.settings.node_name,
+            "duration_ms": round(seconds * 1000, 1),
+        }
         if result.error:
-            log.warning(
-                "%s failed",
-                operation,
-                extra={"claim": claim.uid, "node": self.settings.node_name, "error": result.error},
-            )
+            log.warning("%s failed", operation, extra={**context, "error": result.error})
+        else:
+            devices = ",".join(f"{d.pool_name}/{d.device_name}" for d in result.devices)
+            pods = ",".join(result.pods)
+            log.info("%s done", operation, extra={**context, "pods": pods, "devices": devices})
         return result
 
     def _lock(self, uid: str) -> asyncio.Lock:
@@ -171,11 +193,12 @@ class ClaimPreparer:
             record = self.checkpoint.claims.get(ref.uid)
             if record is not None and record.state is PrepareState.COMPLETED:
                 if await asyncio.to_thread(self.cdi.spec_path(ref.uid).exists):
-                    return PrepareResult(record.devices)
+                    return PrepareResult(record.devices, pods=record.pods)
             elif record is not None:
                 await self._roll_back(ref.uid)
                 record = None
             claim = await self._fetch_claim(ref)
+            pods = await self._check_containers(claim)
             devices = self.devices()
             plan = plan_claim(
                 claim, driver=self.settings.driver, pool=self.settings.node_name, devices=devices
@@ -191,7 +214,7 @@ class ClaimPreparer:
                 raise InvalidParameterError("status.allocation", problem)
             nonce = record.cache_nonce if record is not None else uuidlib.uuid4().hex
             started = ClaimRecord(
-                ref.uid, ref.namespace, ref.name, PrepareState.STARTED, cache_nonce=nonce
+                ref.uid, ref.namespace, ref.name, PrepareState.STARTED, cache_nonce=nonce, pods=pods
             )
             await self._record(started)
             try:
@@ -200,14 +223,107 @@ class ClaimPreparer:
                 await self._roll_back(ref.uid)
                 raise
             await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
-            return PrepareResult(prepared)
+            if plan.uncharged:
+                await self._warn(
+                    claim, EVENT_REASON_UNCHARGED, " ".join(u.message() for u in plan.uncharged)
+                )
+            return PrepareResult(prepared, pods=pods)
 
     async def _unprepare_one(self, ref: ClaimRef) -> PrepareResult:
         validate_claim_uid(ref.uid)
         async with self._lock(ref.uid):
+            record = self.checkpoint.claims.get(ref.uid)
             await self._roll_back(ref.uid)
         self._claim_locks.pop(ref.uid, None)
-        return PrepareResult()
+        if record is None:
+            return PrepareResult()
+        return PrepareResult(record.devices, pods=record.pods)
+
+    async def _check_containers(self, claim: Mapping[str, Any]) -> tuple[str, ...]:
+        """Refuse a claim that shares a container with another claim of this
+        driver; returns the reserving pods (`namespace/name`) for the record."""
+        metadata = claim.get("metadata") or {}
+        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+        pods = []
+        uses_driver: dict[str, bool] = {name: True}
+        for reference in reserving_pods(claim):
+            pod = await self._fetch_pod(namespace, reference.name, reference.uid)
+            if pod is None:
+                continue
+            pods.append(f"{namespace}/{reference.name}")
+            for container, claims in sorted(container_claims(pod).items()):
+                if name not in claims or len(claims) == 1:
+                    continue
+                ours = []
+                for other in sorted(claims):
+                    if other not in uses_driver:
+                        uses_driver[other] = await self._claim_uses_driver(namespace, other)
+                    if uses_driver[other]:
+                        ours.append(other)
+                if len(ours) > 1:
+                    raise InvalidParameterError(
+                        f"pod {namespace}/{reference.name} container {container}",
+                        f"uses {len(ours)} claims of driver {self.settings.driver} "
+                        f"({', '.join(ours)}); libvgpu's per-GPU limits are numbered per "
+                        "container, so limits from two claims would overwrite each other: "
+                        "use one claim with several requests instead",
+                    )
+        return tuple(pods)
+
+    async def _fetch_pod(self, namespace: str, name: str, uid: str) -> dict | None:
+        """The reserving pod, or None when it is gone or was replaced."""
+        try:
+            pod = await self.client.get(object_path(f"/api/v1/namespaces/{namespace}/pods", name))
+        except NotFoundError:
+            return None
+        except ApiError as error:
+            raise DriverError(f"cannot read pod {namespace}/{name}: {error}") from error
+        return pod if (pod.get("metadata") or {}).get("uid") == uid else None
+
+    async def _claim_uses_driver(self, namespace: str, name: str) -> bool:
+        path = object_path(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", name)
+        try:
+            claim = await self.client.get(path)
+        except NotFoundError:
+            return False
+        except ApiError as error:
+            raise DriverError(f"cannot read claim {namespace}/{name}: {error}") from error
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        return any(result.get("driver") == self.settings.driver for result in results)
+
+    async def _warn(self, claim: Mapping[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the claim, where `kubectl describe` shows it; best effort."""
+        metadata = claim.get("metadata") or {}
+        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{name[:200]}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "namespace": namespace,
+                "name": name,
+                "uid": metadata.get("uid") or "",
+            },
+            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "source": {"component": EVENT_COMPONENT, "host": self.settings.node_name},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.settings.node_name,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        context = {"claim": f"{namespace}/{name}", "reason": reason}
+        log.warning("%s", message, extra=context)
+        try:
+            await self.client.create(f"/api/v1/namespaces/{namespace}/events", event)
+        except ApiError as error:
+            log.warning("event not recorded", extra={**context, "error": str(error)})
 
     async def _fetch_claim(self, ref: ClaimRef) -> dict:
         path = object_path(
@@ -229,8 +345,15 @@ class ClaimPreparer:
         return claim
 
     def _write_claim(self, plan: ClaimPlan, nonce: str) -> tuple[PreparedDevice, ...]:
-        """The side effects: cache dir, then CDI spec (in a worker thread)."""
+        """The side effects: cache dir, then CDI spec (in a worker thread); first
+        the host files the spec will name, so it applies when the runtime reads it."""
         paths = self.settings.libvgpu
+        check_libvgpu_files(paths, with_preload=not plan.disable_control)
+        host_nodes = (
+            host_device_nodes(self.settings.dev_dir, (g.gpu.minor for g in plan.grants))
+            if self.settings.with_device_nodes
+            else None
+        )
         cache = claim_cache_location(paths, plan.uid, nonce)
         create_cache_dir(cache, paths, self.settings.cache_dirs)
         common, per_device = split_edits(plan, cache, paths)
@@ -241,7 +364,7 @@ class ClaimPreparer:
                 for g in plan.grants
             ],
             common=common,
-            with_device_nodes=self.settings.with_device_nodes,
+            host_nodes=host_nodes,
         )
         self.cdi.write_claim_spec(spec)
         prefix = self.settings.nvidia_cdi_prefix

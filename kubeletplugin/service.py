@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -16,6 +17,14 @@ from libvgpu.monitor import MetricsServer
 from libvgpu.settings import LibvgpuPaths
 
 ALLOCATION_TAINT_KEY = "allocation"
+LIBRARY_LOGGERS = ("grpc", "watchfiles")
+"""Libraries whose DEBUG output (every inotify batch, every channel state) buries the plugin's."""
+
+
+def quiet_library_loggers(level: str = "WARNING") -> None:
+    """Hold the chatty libraries at `level`, whatever the plugin's own level is."""
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level.upper())
 
 
 def settings_from_args(args: argparse.Namespace) -> PluginSettings:
@@ -37,6 +46,7 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         libvgpu=LibvgpuPaths(
             host_dir=args.vgpu_dir,
             container_library_path=f"{args.vgpu_dir}/libvgpu.so",
+            lock_dir=args.lock_dir,
             cache_root=args.vgpu_dir,
         ),
         with_device_nodes=args.nvidia_cdi_prefix is None,

@@ -1,10 +1,16 @@
-"""Suite-wide fixtures: every async test must leave no asyncio task behind."""
+"""Suite-wide fixtures: every async test must leave no asyncio task behind, and
+every CDI spec a test writes must apply the way a container runtime applies it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import pytest
+from cdi_applier import SpecWriteWatch
+
+_SPEC_WATCH = SpecWriteWatch()
+_SPEC_WATCH.install()
 
 
 @pytest.fixture(autouse=True)
@@ -17,3 +23,14 @@ async def _no_leaked_tasks():
     for task in leaked:
         task.cancel()
     assert not leaked, f"test leaked asyncio tasks: {[t.get_name() for t in leaked]}"
+
+
+@pytest.fixture(autouse=True)
+def cdi_spec_watch() -> Iterator[SpecWriteWatch]:
+    """Fail a test that writes a CDI spec a runtime could not apply (a device node
+    or mount source missing on the host when the spec appeared). A test that
+    writes one on purpose takes its problems with `take_problems()`."""
+    _SPEC_WATCH.start()
+    yield _SPEC_WATCH
+    problems = _SPEC_WATCH.stop()
+    assert not problems, f"CDI specs a runtime would refuse: {problems}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from cdi_applier import apply_devices
 from grpc_health.v1 import health_pb2 as grpc_health_pb2
 from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
 from prometheus_client import CollectorRegistry
@@ -104,6 +105,14 @@ def allocation(results: list[dict], config=()) -> dict:
     }
 
 
+def install_libvgpu_files(root: Path) -> None:
+    """What `dra-driver install-libvgpu` leaves on a node: the specs mount these."""
+    (root / "vgpu").mkdir(exist_ok=True)
+    (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
+    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpulock").mkdir(mode=0o1777, exist_ok=True)
+
+
 @pytest.fixture
 async def node() -> AsyncIterator[Node]:
     # unix socket paths must stay short: use a short temp root
@@ -113,6 +122,7 @@ async def node() -> AsyncIterator[Node]:
         (root / "boot_id").write_text("boot-1\n")
         mountinfo = root / "mountinfo"
         mountinfo.write_text("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")
+        install_libvgpu_files(root)
         settings = PluginSettings(
             node_name=NODE,
             registry_dir=root / "registry",
@@ -121,7 +131,11 @@ async def node() -> AsyncIterator[Node]:
             boot_id_file=root / "boot_id",
             mock_gpus=root / "gpus.yaml",
             config_file=root / "config" / "node.yaml",
-            libvgpu=LibvgpuPaths(host_dir=str(root / "vgpu"), cache_root=str(root / "vgpu")),
+            libvgpu=LibvgpuPaths(
+                host_dir=str(root / "vgpu"),
+                cache_root=str(root / "vgpu"),
+                lock_dir=str(root / "vgpulock"),
+            ),
             cache_dirs=CacheDirSettings(
                 self_mountinfo=str(mountinfo), mountinfo_glob=str(root / "none-*")
             ),
@@ -442,10 +456,144 @@ async def test_concurrent_calls_lose_no_checkpoint_update(node: Node):
             r.claims[c.uid].error == "" for r, c in zip(responses, [*claims, twice], strict=True)
         )
         assert responses[0] == responses[-1]
-        on_disk = decode_checkpoint((node.settings.service_dir / "checkpoint.json").read_bytes())
+        on_disk = decode_checkpoint(node.settings.checkpoint_path.read_bytes())
         assert set(on_disk.claims) == {claim.uid for claim in claims}
         assert {r.uid for r in plugin.preparer.prepared_records()} == set(on_disk.claims)
         assert len(list(node.cdi_dir.glob("*.json"))) == 20
         await asyncio.gather(*(node.kubelet.unprepare(DRIVER, [claim]) for claim in claims))
-        on_disk = decode_checkpoint((node.settings.service_dir / "checkpoint.json").read_bytes())
+        on_disk = decode_checkpoint(node.settings.checkpoint_path.read_bytes())
         assert on_disk.claims == {}
+
+
+async def reserve(node: Node, claim: ClaimRef, pod: dict) -> None:
+    """What kube-scheduler's PreBind writes: the pod in the claim's reservedFor."""
+    reference = {"resource": "pods", "name": pod["metadata"]["name"]}
+    reference["uid"] = pod["metadata"]["uid"]
+    current = await node.client.get(object_path(CLAIMS, claim.name))
+    status = current["status"]
+    status["reservedFor"] = [*status.get("reservedFor", []), reference]
+    await node.client.patch(object_path(CLAIMS, claim.name) + "/status", {"status": status})
+
+
+async def pod_using(node: Node, name: str, containers: dict[str, list[str]]) -> dict:
+    """A pod whose containers use the named claims (container -> claim names)."""
+    claims = sorted({claim for used in containers.values() for claim in used})
+    return await node.client.create(
+        "/api/v1/namespaces/default/pods",
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [
+                    {
+                        "name": container,
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"claims": [{"name": claim} for claim in used]},
+                    }
+                    for container, used in containers.items()
+                ],
+                "resourceClaims": [{"name": c, "resourceClaimName": c} for c in claims],
+            },
+        },
+    )
+
+
+async def test_two_claims_in_one_container_are_refused_naming_the_container(node: Node):
+    """libvgpu numbers a container's limits from 0 in each claim's spec: merged,
+    the second claim's limit would land on the first claim's GPU."""
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        first = await node.claim("first", [result("gpu-0", "2Gi")])
+        second = await node.claim("second", [result("gpu-1", "6Gi")])
+        pod = await pod_using(node, "trainer", {"main": ["first", "second"]})
+        for claim in (first, second):
+            await reserve(node, claim, pod)
+        response = await node.kubelet.prepare(DRIVER, [first, second])
+        for claim in (first, second):
+            error = response.claims[claim.uid].error
+            assert "pod default/trainer container main" in error
+            assert "2 claims of driver vgpu.hami.io (first, second)" in error
+            assert "use one claim with several requests" in error
+        assert list(node.cdi_dir.glob("*.json")) == []
+
+
+async def test_claims_in_separate_containers_give_each_device_its_own_limit(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        first = await node.claim("first", [result("gpu-0", "2Gi", "10")])
+        second = await node.claim("second", [result("gpu-1", "6Gi", "30")])
+        pod = await pod_using(node, "two", {"a": ["first"], "b": ["second"]})
+        for claim in (first, second):
+            await reserve(node, claim, pod)
+        response = await node.kubelet.prepare(DRIVER, [first, second])
+        ids = {
+            uid: [i for d in entry.devices for i in d.cdi_device_ids]
+            for uid, entry in response.claims.items()
+        }
+        a = apply_devices(ids[first.uid], [node.cdi_dir])
+        b = apply_devices(ids[second.uid], [node.cdi_dir])
+        assert (a.env["NVIDIA_VISIBLE_DEVICES"], a.env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (
+            "GPU-00000000-0000-0000-0000-00000000000a",
+            "2048m",
+        )
+        assert (b.env["NVIDIA_VISIBLE_DEVICES"], b.env["CUDA_DEVICE_MEMORY_LIMIT_0"]) == (
+            "GPU-00000000-0000-0000-0000-00000000000b",
+            "6144m",
+        )
+        assert (a.env["CUDA_DEVICE_SM_LIMIT_0"], b.env["CUDA_DEVICE_SM_LIMIT_0"]) == ("10", "30")
+        merged = apply_devices(ids[first.uid] + ids[second.uid], [node.cdi_dir])
+        assert merged.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "6144m", "why one container is refused"
+        assert response.claims[first.uid].error == response.claims[second.uid].error == ""
+
+
+async def test_mock_gpu_specs_name_no_device_node_and_apply_on_a_gpu_less_host(node: Node):
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("mock", [result("gpu-1", "4Gi", "30")])
+        entry = (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid]
+        assert "deviceNodes" not in json.dumps(spec_of(node, claim.uid))
+        applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
+        assert applied.device_nodes == {}
+        assert applied.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+        assert applied.mounts["/etc/ld.so.preload"].host_path == f"{node.root}/vgpu/ld.so.preload"
+
+
+@pytest.mark.parametrize(
+    ("missing", "what"),
+    [
+        ("vgpu/libvgpu.so", "libvgpu library"),
+        ("vgpu/ld.so.preload", "libvgpu preload list"),
+        ("vgpulock", "libvgpu lock directory"),
+    ],
+)
+async def test_missing_libvgpu_files_fail_prepare_naming_the_file(
+    node: Node, missing: str, what: str
+):
+    target = node.root / missing
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("no-lib", [result("gpu-0", "1Gi")])
+        error = (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error
+        assert f"{what} {target} is missing on this node" in error
+        assert "dra-driver install-libvgpu" in error
+        assert list(node.cdi_dir.glob("*.json")) == []
+        assert not (node.root / "vgpu" / "claims" / claim.uid).exists()
+        assert plugin.preparer.prepared_records() == []
+
+
+async def test_disable_control_needs_no_preload_file(node: Node):
+    (node.root / "vgpu" / "ld.so.preload").unlink()
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        config = {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {}}}
+        config["opaque"]["parameters"] = {
+            "apiVersion": "vgpu.hami.io/v1alpha1",
+            "kind": "VGPUConfig",
+            "disableControl": True,
+        }
+        claim = await node.claim("uncontrolled", [result("gpu-0", "1Gi")], [config])
+        entry = (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid]
+        assert entry.error == ""
+        applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
+        assert "/etc/ld.so.preload" not in applied.mounts

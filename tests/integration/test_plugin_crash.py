@@ -79,6 +79,7 @@ class PluginProcess:
             "--cdi-dir", str(self.root / "cdi"),
             "--mock-gpus", str(self.root / "gpus.yaml"),
             "--vgpu-dir", str(self.root / "vgpu"),
+            "--lock-dir", str(self.root / "vgpulock"),
             "--kubeconfig", str(self.root / "kubeconfig"),
             "--log-level", "ERROR",
             *self.extra_args,
@@ -98,6 +99,10 @@ class PluginProcess:
 async def cluster():
     root = Path(tempfile.mkdtemp(prefix="vgpu-crash-", dir="/tmp"))
     (root / "gpus.yaml").write_text(MOCK_GPUS)
+    (root / "vgpu").mkdir()
+    (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
+    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpulock").mkdir()
     plugin = PluginProcess(root)
     try:
         async with APIServer() as server:
@@ -167,7 +172,7 @@ async def test_kill_9_never_leaks_or_loses_a_claim(cluster):
         else:
             prepared.discard(claim.uid)
     await restart(plugin, kubelet)
-    records = decode_checkpoint((root / "plugin" / "checkpoint.json").read_bytes()).claims
+    records = decode_checkpoint((root / "plugin" / "state" / "checkpoint.json").read_bytes()).claims
     assert prepared <= set(records), "a prepared claim was lost"
     for claim in claims:
         if claim.uid in records:
@@ -178,7 +183,10 @@ async def test_kill_9_never_leaks_or_loses_a_claim(cluster):
     assert all(entry.error == "" for entry in response.claims.values())
     assert list((root / "cdi").glob("*")) == []
     assert list((root / "vgpu" / "claims").glob("*")) == []
-    assert json.loads((root / "plugin" / "checkpoint.json").read_text())["data"]["claims"] == {}
+    assert (
+        json.loads((root / "plugin" / "state" / "checkpoint.json").read_text())["data"]["claims"]
+        == {}
+    )
     assert os.listdir(root / "registry") == [f"{DRIVER}-reg.sock"]
 
 

@@ -28,7 +28,13 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT7
 
 from cdi.errors import InvalidCdiSpecError
-from cdi.spec import CDI_VERSION, ClaimDeviceEdits, build_claim_spec
+from cdi.spec import (
+    CDI_VERSION,
+    NVIDIA_CONTROL_DEVICE_NODES,
+    ClaimDeviceEdits,
+    build_claim_spec,
+    nvidia_device_node,
+)
 from cdi.validate import minimum_cdi_version, validate_claim_spec, validate_spec_document
 from libvgpu.container_edits import ContainerEdits, EnvVar, Mount
 
@@ -128,9 +134,15 @@ def claim_results(draw: st.DrawFn) -> list[ClaimDeviceEdits]:
     return draw(st.permutations(results))
 
 
+def host_nodes(results: list[ClaimDeviceEdits]) -> dict[str, str]:
+    """Every node the results need, some at another host path."""
+    paths = [*NVIDIA_CONTROL_DEVICE_NODES, *(nvidia_device_node(r.gpu_minor) for r in results)]
+    return {path: ("/host" + path if len(path) % 2 else path) for path in paths}
+
+
 built_documents = st.builds(
     lambda uid, results, nodes: build_claim_spec(
-        str(uid), results, with_device_nodes=nodes
+        str(uid), results, host_nodes=host_nodes(results) if nodes else None
     ).to_document(),
     st.uuids(),
     claim_results(),
@@ -143,7 +155,9 @@ built_documents = st.builds(
 def test_every_built_spec_passes_the_schema_and_our_validator(
     uid: uuid.UUID, results: list[ClaimDeviceEdits], with_device_nodes: bool
 ):
-    spec = build_claim_spec(str(uid), results, with_device_nodes=with_device_nodes)
+    spec = build_claim_spec(
+        str(uid), results, host_nodes=host_nodes(results) if with_device_nodes else None
+    )
     document = json.loads(spec.to_json())
     assert document == spec.to_document()
     assert list(schema().iter_errors(document)) == []
@@ -151,7 +165,13 @@ def test_every_built_spec_passes_the_schema_and_our_validator(
     names = [device["name"] for device in document["devices"]]
     assert len(set(names)) == len(results)
     assert all(name.startswith(f"{uid}-") for name in names)
-    needed = "0.3.0" if str(uid)[0].isalpha() else "0.5.0"
+    host_path = any(
+        "hostPath" in node
+        for edits in [document.get("containerEdits", {})]
+        + [d["containerEdits"] for d in document["devices"]]
+        for node in edits.get("deviceNodes", [])
+    )
+    needed = "0.3.0" if str(uid)[0].isalpha() and not host_path else "0.5.0"
     assert minimum_cdi_version(document) == needed
     assert document["cdiVersion"] == CDI_VERSION == "0.5.0"
 

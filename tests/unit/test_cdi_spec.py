@@ -7,7 +7,14 @@ import json
 import pytest
 
 from cdi.errors import InvalidCdiNameError, InvalidCdiSpecError
-from cdi.spec import CDI_VERSION, ClaimDeviceEdits, build_claim_spec
+from cdi.spec import (
+    CDI_VERSION,
+    NVIDIA_CONTROL_DEVICE_NODES,
+    CdiDeviceNode,
+    ClaimDeviceEdits,
+    build_claim_spec,
+    nvidia_device_node,
+)
 from cdi.validate import minimum_cdi_version, validate_claim_spec
 from dra_driver.errors import InvalidParameterError
 from libvgpu.container_edits import ContainerEdits, EnvVar, Mount
@@ -28,6 +35,11 @@ EDITS = ContainerEdits(
         Mount("/usr/local/vgpu/libvgpu.so", "/usr/local/vgpu/libvgpu.so", read_only=True),
     ),
 )
+
+HOST_NODES = {
+    path: path for path in (*NVIDIA_CONTROL_DEVICE_NODES, *map(nvidia_device_node, range(4)))
+}
+"""A host with four GPUs and every control node."""
 
 EXPECTED_JSON = f"""{{
   "cdiVersion": "0.5.0",
@@ -89,7 +101,7 @@ EXPECTED_JSON = f"""{{
 
 
 def test_a_claim_with_one_device_gives_exactly_the_expected_json():
-    spec = build_claim_spec(UID, [ClaimDeviceEdits("gpu-0", 3, EDITS)])
+    spec = build_claim_spec(UID, [ClaimDeviceEdits("gpu-0", 3, EDITS)], host_nodes=HOST_NODES)
     assert spec.to_json() == EXPECTED_JSON
     assert [device.qualified_id for device in spec.devices] == [
         f"k8s.vgpu.hami.io/claim={UID}-gpu-0"
@@ -98,7 +110,7 @@ def test_a_claim_with_one_device_gives_exactly_the_expected_json():
 
 
 def test_without_device_nodes_only_libvgpus_edits_remain():
-    spec = build_claim_spec(UID, [ClaimDeviceEdits("gpu-0", 3, EDITS)], with_device_nodes=False)
+    spec = build_claim_spec(UID, [ClaimDeviceEdits("gpu-0", 3, EDITS)])
     document = json.loads(spec.to_json())
     assert "containerEdits" not in document
     edits = document["devices"][0]["containerEdits"]
@@ -122,6 +134,7 @@ def test_two_shares_of_one_device_are_told_apart_by_share_id_in_result_order():
             ClaimDeviceEdits("gpu-1", 1, EDITS),
             ClaimDeviceEdits("gpu-0", 0, EDITS, share_id=SHARE_A),
         ],
+        host_nodes=HOST_NODES,
     )
     assert [device.name for device in spec.devices] == [
         f"{UID}-gpu-0-{SHARE_B}",
@@ -129,9 +142,9 @@ def test_two_shares_of_one_device_are_told_apart_by_share_id_in_result_order():
         f"{UID}-gpu-0-{SHARE_A}",
     ]
     assert [device.edits.device_nodes for device in spec.devices] == [
-        ("/dev/nvidia0",),
-        ("/dev/nvidia1",),
-        ("/dev/nvidia0",),
+        (CdiDeviceNode("/dev/nvidia0", "/dev/nvidia0"),),
+        (CdiDeviceNode("/dev/nvidia1", "/dev/nvidia1"),),
+        (CdiDeviceNode("/dev/nvidia0", "/dev/nvidia0"),),
     ]
     validate_claim_spec(spec)
 
@@ -190,9 +203,7 @@ def test_bad_results_are_refused_naming_the_field(devices: list[ClaimDeviceEdits
 
 def test_a_device_with_nothing_to_inject_is_refused():
     with pytest.raises(InvalidCdiSpecError) as caught:
-        build_claim_spec(
-            UID, [ClaimDeviceEdits("gpu-0", 0, ContainerEdits((), ()))], with_device_nodes=False
-        )
+        build_claim_spec(UID, [ClaimDeviceEdits("gpu-0", 0, ContainerEdits((), ()))])
     assert caught.value.field == "devices[0].containerEdits"
 
 
@@ -209,3 +220,22 @@ def test_the_declared_version_is_the_lowest_that_fits_every_claim_uid(uid: str, 
     spec = build_claim_spec(uid, [ClaimDeviceEdits("gpu-0", 0, EDITS)])
     assert minimum_cdi_version(spec.to_document()) == required
     assert CDI_VERSION == "0.5.0"
+
+
+def test_only_nodes_the_host_has_are_listed_with_their_host_path():
+    """A runtime stats every node on the host: a missing one fails the container."""
+    host_nodes = {"/dev/nvidiactl": "/host/dev/nvidiactl", "/dev/nvidia1": "/host/dev/nvidia1"}
+    spec = build_claim_spec(
+        UID,
+        [ClaimDeviceEdits("gpu-0", 0, EDITS), ClaimDeviceEdits("gpu-1", 1, EDITS)],
+        host_nodes=host_nodes,
+    )
+    document = spec.to_document()
+    assert [d["containerEdits"].get("deviceNodes") for d in document["devices"]] == [
+        None,
+        [{"path": "/dev/nvidia1", "hostPath": "/host/dev/nvidia1"}],
+    ]
+    assert document["containerEdits"]["deviceNodes"] == [
+        {"path": "/dev/nvidiactl", "hostPath": "/host/dev/nvidiactl"}
+    ]
+    validate_claim_spec(spec)

@@ -133,3 +133,43 @@ def test_safety_net_counts_already_prepared_shares():
     cores = overcommitted([("gpu-0", 0, 41)], planned, DEVICES)
     assert cores is not None and "101 cores prepared, 100 available" in cores
     assert overcommitted([("gpu-1", 80 * GIB, 100)], planned, DEVICES) is None
+
+
+def test_config_within_a_scheduler_charge_sets_the_limits_and_is_reported():
+    """kube-scheduler charged the defaults (the whole card, no cores) for a claim
+    whose VGPUConfig asked for 2Gi and 20 cores: the container gets 2Gi and 20."""
+    document = claim(
+        [result(memory="80Gi", cores="0", shares="1")],
+        [config("FromClaim", {"memory": "2Gi", "cores": 20})],
+    )
+    planned = plan(document)
+    (grant,) = planned.grants
+    assert (grant.memory_limit_bytes, grant.core_limit) == (2 * GIB, 20)
+    (uncharged,) = planned.uncharged
+    assert (uncharged.charged_memory_bytes, uncharged.charged_cores) == (80 * GIB, 0)
+    message = uncharged.message()
+    assert "opaque parameters are not capacity requests" in message
+    assert "memory 2Gi, cores 20" in message
+    assert 'capacity: {requests: {memory: 2Gi, cores: "20"}}' in message
+
+
+def test_config_beyond_the_charge_is_capped_at_the_charge():
+    document = claim(
+        [result(memory="4Gi", cores="30", shares="1")],
+        [config("FromClaim", {"memory": "8Gi", "cores": 50})],
+    )
+    planned = plan(document)
+    (grant,) = planned.grants
+    assert (grant.memory_limit_bytes, grant.core_limit) == (4 * GIB, 30)
+    assert "limited to memory 4Gi, cores 30" in planned.uncharged[0].message()
+
+
+def test_config_equal_to_the_charge_is_not_reported():
+    document = claim(
+        [result(memory="2Gi", cores="20", shares="1")],
+        [config("FromClaim", {"memory": "2Gi", "cores": 20})],
+    )
+    planned = plan(document)
+    assert (planned.grants[0].memory_limit_bytes, planned.grants[0].core_limit) == (2 * GIB, 20)
+    assert planned.uncharged == ()
+    assert plan(claim([result(memory="80Gi", cores="0", shares="1")])).uncharged == ()

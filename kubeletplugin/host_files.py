@@ -1,0 +1,72 @@
+"""What the host must have for a claim's CDI spec to apply: the device nodes
+it lists and the libvgpu files it mounts.
+
+A container runtime stats every device node of a spec (`failed to stat CDI
+host device`) and every bind-mount source when it creates the container, so
+a missing one breaks each container of the claim at start, far from the
+cause. Prepare looks first: it lists only the nodes the host has and fails
+with the missing file's name when a libvgpu file is absent.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+from cdi.spec import NVIDIA_CONTROL_DEVICE_NODES, nvidia_device_node
+from dra_driver.errors import DriverError
+from libvgpu.settings import LibvgpuPaths
+
+CONTAINER_DEV_DIR = "/dev"
+INSTALL_HINT = "run `dra-driver install-libvgpu` on this node (the plugin's init container does)"
+
+
+class HostSetupError(DriverError):
+    """The node lacks a file prepare needs; retrying helps only once it is installed."""
+
+
+def _is_device_node(path: Path) -> bool:
+    """What a runtime accepts as a device node (it uses lstat: no symlinks)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)
+
+
+def host_device_nodes(dev_dir: Path, gpu_minors: Iterable[int]) -> dict[str, str]:
+    """Container path -> host path of the NVIDIA nodes the host has.
+
+    Control nodes are optional (`/dev/nvidia-uvm*` appear only once the UVM
+    module is loaded); a GPU's own node is required, since without it the
+    container cannot use the GPU it was given.
+    """
+    nodes = {}
+    for path in NVIDIA_CONTROL_DEVICE_NODES:
+        host = dev_dir / Path(path).relative_to(CONTAINER_DEV_DIR)
+        if _is_device_node(host):
+            nodes[path] = str(host)
+    for minor in sorted(set(gpu_minors)):
+        path = nvidia_device_node(minor)
+        host = dev_dir / Path(path).relative_to(CONTAINER_DEV_DIR)
+        if not _is_device_node(host):
+            raise HostSetupError(
+                f"device node {host} of GPU minor {minor} is missing on this node; "
+                "is the NVIDIA driver loaded?"
+            )
+        nodes[path] = str(host)
+    return nodes
+
+
+def check_libvgpu_files(paths: LibvgpuPaths, *, with_preload: bool) -> None:
+    """Refuse to prepare when a libvgpu mount source is absent on the host."""
+    wanted = [("libvgpu library", paths.host_library_path, False)]
+    if with_preload:
+        wanted.append(("libvgpu preload list", paths.host_preload_path, False))
+    wanted.append(("libvgpu lock directory", paths.lock_dir, True))
+    for what, path, directory in wanted:
+        present = os.path.isdir(path) if directory else os.path.isfile(path)
+        if not present:
+            raise HostSetupError(f"{what} {path} is missing on this node; {INSTALL_HINT}")
