@@ -178,12 +178,11 @@ class ClusterState:
                     usage[device] = usage.get(device, DeviceUsage()).plus(amount)
         return usage
 
-    def node_indices(self) -> dict[str, dict[str, int]]:
-        return {
-            name: {device.id: device.index for device in entry.node.devices}
-            for name, entry in self.inventory.items()
-            if entry.node is not None
-        }
+    def device_indices(self, name: str) -> dict[str, int]:
+        entry = self.inventory.get(name)
+        if entry is None or entry.node is None:
+            return {}
+        return {device.id: device.index for device in entry.node.devices}
 
     # -- informer handlers (synchronous, called in order)
 
@@ -230,7 +229,7 @@ class ClusterState:
         allocation = None
         if kind != "DELETED":
             try:
-                allocation = read_pod_allocation(pod, self.vendor.name, self.node_indices())
+                allocation = read_pod_allocation(pod, self.vendor.name, self.device_indices)
             except AnnotationDecodeError as error:
                 log.warning(
                     "pod device annotation unreadable; not counted",

@@ -1,11 +1,15 @@
 """Kubernetes Events about pods, as HAMi's scheduler records them (FilteringSucceed, ...).
 
-An event is a courtesy to the person reading `kubectl describe pod`: failing
-to write one is logged and never fails the scheduling step it describes.
+An event is a courtesy to the person reading `kubectl describe pod`: it is
+written in the background, like client-go's recorder, so the answer to
+kube-scheduler never waits for it, and failing to write one is logged and
+never fails the scheduling step it describes. `flush` waits for pending writes
+(shutdown, tests).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -26,8 +30,20 @@ class EventRecorder:
     def __init__(self, client: KubeClient, component: str) -> None:
         self.client = client
         self.component = component
+        self._pending: set[asyncio.Task[None]] = set()
 
-    async def pod_event(
+    def pod_event(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """Queue an event about the pod; returns at once."""
+        task = asyncio.create_task(self._write(pod, event_type, reason, message), name="event")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def flush(self) -> None:
+        """Wait until every queued event has been written (or failed)."""
+        while self._pending:
+            await asyncio.gather(*self._pending)
+
+    async def _write(
         self, pod: Mapping[str, Any], event_type: str, reason: str, message: str
     ) -> None:
         metadata = pod.get("metadata") or {}

@@ -220,7 +220,7 @@ class Extender:
         if placement is None:
             message = summarize_failures(failed)
             log.info("no node fits", extra={"pod": _pod_name(pod), "reasons": failed})
-            await self.events.pod_event(pod, WARNING, FILTERING_FAILED, message)
+            self.events.pod_event(pod, WARNING, FILTERING_FAILED, message)
             return filter_answer([], failed)
         node = placement.node
         body = {
@@ -238,7 +238,7 @@ class Extender:
                 "pod annotations not written", extra={"pod": _pod_name(pod), "error": str(error)}
             )
             return filter_answer(error=f"pod {_pod_name(pod)}: writing the allocation: {error}")
-        await self.events.pod_event(
+        self.events.pod_event(
             pod, NORMAL, FILTERING_SUCCEED, f"Successfully filtered to node {node}"
         )
         log.info("pod filtered", extra={"pod": _pod_name(pod), "node": node})
@@ -260,13 +260,13 @@ class Extender:
             if needs_lock:
                 await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)
         except DriverError as error:
-            await self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
             return {"Error": f"pod {name}: {error}"}
         try:
             await self._bind(args)
         except DriverError as error:
             await self._undo(args, needs_lock)
-            await self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
             log.warning("bind failed", extra={"pod": name, "node": args.node, "error": str(error)})
             return {"Error": f"pod {name}: binding to {args.node}: {error}"}
         log.info("pod bound", extra={"pod": name, "node": args.node})

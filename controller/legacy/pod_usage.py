@@ -9,7 +9,7 @@ only the app containers count. Reference: hami-protocol.md §2 (node usage).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,9 +70,11 @@ def placement_from_devices(
 
 
 def read_pod_allocation(
-    pod: Mapping[str, Any], vendor: str, indices_by_node: Mapping[str, Mapping[str, int]]
+    pod: Mapping[str, Any], vendor: str, indices_of: Callable[[str], Mapping[str, int]]
 ) -> PodAllocation | None:
     """The pod's allocation, or None when it holds nothing (unscheduled, terminated).
+
+    `indices_of(node)` maps the node's device UUIDs to their indices.
 
     A malformed device list raises AnnotationDecodeError; the caller logs it and
     counts nothing for the pod.
@@ -87,9 +89,7 @@ def read_pod_allocation(
     init_count = min(len((pod.get("spec") or {}).get("initContainers") or []), len(devices))
     if init_count and init_containers_done(pod):
         devices = [[] for _ in range(init_count)] + devices[init_count:]
-    placement = placement_from_devices(
-        node, devices, init_count, vendor, indices_by_node.get(node, {})
-    )
+    placement = placement_from_devices(node, devices, init_count, vendor, indices_of(node))
     usage = collapse_pod_usage(placement.containers, init_count)
     if not usage:
         return None

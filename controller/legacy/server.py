@@ -142,6 +142,7 @@ class LegacyServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.extender.events.flush()
         await self.state.aclose()
 
     async def __aenter__(self) -> LegacyServer:

@@ -57,7 +57,8 @@ async def node_objects(client: KubeClient, *names: str) -> list[dict[str, Any]]:
     return [await client.get(object_path("/api/v1/nodes", name)) for name in names]
 
 
-async def events(client: KubeClient, reason: str) -> list[dict[str, Any]]:
+async def events(client: KubeClient, reason: str, server) -> list[dict[str, Any]]:
+    await server.extender.events.flush()
     listing = await client.list(f"/api/v1/namespaces/{NS}/events")
     return [e for e in listing["items"] if e["reason"] == reason]
 
@@ -86,7 +87,7 @@ async def test_filter_and_bind_write_what_hami_writes(cluster) -> None:
         node = await client.get(object_path("/api/v1/nodes", "gpu-node-2"))
         stamp, namespace, name = node["metadata"]["annotations"][NODE_LOCK].split(",")
         assert (namespace, name) == (NS, "gpu-pod") and stamp.endswith("Z")
-        assert [e["message"] for e in await events(client, "FilteringSucceed")] == [
+        assert [e["message"] for e in await events(client, "FilteringSucceed", server)] == [
             "Successfully filtered to node gpu-node-2"
         ]
 
@@ -114,7 +115,7 @@ async def test_no_fit_lists_every_node_with_its_reason(cluster) -> None:
         )
         cycle = await scheduler.schedule_once(pod, nodes)
         assert cycle.reason == UNSCHEDULABLE and "3 nodes are available" in cycle.message
-        failed = await events(client, "FilteringFailed")
+        failed = await events(client, "FilteringFailed", server)
         assert failed and failed[0]["message"].startswith("no available node, 3 nodes do not meet")
         stored = await client.get(object_path(pods_path(NS), "big"))
         assert VGPU_NODE not in (stored["metadata"].get("annotations") or {})
@@ -169,7 +170,7 @@ async def test_bind_releases_the_lock_and_answers_error_when_binding_fails(clust
         assert cycle.reason == SCHEDULER_ERROR and "already bound" in cycle.message
         node = await client.get(object_path("/api/v1/nodes", "n1"))
         assert NODE_LOCK not in (node["metadata"].get("annotations") or {})
-        assert await events(client, "BindingFailed")
+        assert await events(client, "BindingFailed", server)
 
 
 async def test_locked_node_blocks_another_pod_until_released(cluster) -> None:

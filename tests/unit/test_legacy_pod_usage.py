@@ -67,13 +67,19 @@ def pod(devices: str, *, init: int = 0, phase: str = "Pending", init_done: bool 
     }
 
 
+def no_indices(_: str) -> dict[str, int]:
+    return {}
+
+
 INIT_AND_APPS = (
     "GPU-a,NVIDIA,8000,50:;GPU-a,NVIDIA,3000,20:;GPU-a,NVIDIA,2000,10:GPU-b,NVIDIA,1000,0:;"
 )
 
 
 def test_init_container_collapsed_to_its_peak() -> None:
-    allocation = read_pod_allocation(pod(INIT_AND_APPS, init=1), "NVIDIA", {"n1": {"GPU-b": 1}})
+    allocation = read_pod_allocation(
+        pod(INIT_AND_APPS, init=1), "NVIDIA", {"n1": {"GPU-b": 1}}.__getitem__
+    )
     assert allocation is not None
     assert allocation.usage == {
         "GPU-a": DeviceUsage(used=2, memory_mib=8000, cores=50),
@@ -83,13 +89,18 @@ def test_init_container_collapsed_to_its_peak() -> None:
 
 
 def test_finished_init_containers_shrink_to_app_only() -> None:
-    allocation = read_pod_allocation(pod(INIT_AND_APPS, init=1, init_done=True), "NVIDIA", {})
+    allocation = read_pod_allocation(
+        pod(INIT_AND_APPS, init=1, init_done=True), "NVIDIA", no_indices
+    )
     assert allocation is not None
     assert allocation.usage["GPU-a"] == DeviceUsage(used=2, memory_mib=5000, cores=30)
 
 
 def test_terminated_and_unplaced_pods_hold_nothing() -> None:
-    assert read_pod_allocation(pod(INIT_AND_APPS, init=1, phase="Succeeded"), "NVIDIA", {}) is None
+    assert (
+        read_pod_allocation(pod(INIT_AND_APPS, init=1, phase="Succeeded"), "NVIDIA", no_indices)
+        is None
+    )
     unplaced = pod(INIT_AND_APPS, init=1)
     del unplaced["metadata"]["annotations"][VGPU_NODE]
-    assert read_pod_allocation(unplaced, "NVIDIA", {}) is None
+    assert read_pod_allocation(unplaced, "NVIDIA", no_indices) is None
