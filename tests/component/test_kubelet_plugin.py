@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import shutil
 import tempfile
 import uuid
@@ -17,6 +18,7 @@ import pytest
 from cdi_applier import apply_devices
 from grpc_health.v1 import health_pb2 as grpc_health_pb2
 from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
+from kubernetes import config
 from prometheus_client import CollectorRegistry
 
 from api.generated import dra_health_v1alpha1_pb2 as health_pb2
@@ -25,10 +27,12 @@ from cdi.naming import CDI_KIND
 from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
 from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
 from kubeletplugin.checkpoint import decode_checkpoint
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
+from kubeletplugin.service import LIBRARY_LOGGERS, quiet_library_loggers
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
 
@@ -597,3 +601,162 @@ async def test_disable_control_needs_no_preload_file(node: Node):
         assert entry.error == ""
         applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
         assert "/etc/ld.so.preload" not in applied.mounts
+
+
+async def test_vgpu_config_limits_hold_when_kube_scheduler_allocates(node: Node):
+    """kube-scheduler charges a claim with no capacity request the defaults (the
+    whole card, no cores); its VGPUConfig still sets the container's limits, and
+    the claim gets a Warning saying how to ask for capacity."""
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        await node.client.create(
+            "/apis/resource.k8s.io/v1/deviceclasses",
+            {
+                "metadata": {"name": "nvidia.vgpu.hami.io"},
+                "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
+            },
+        )
+        parameters = {
+            "apiVersion": "vgpu.hami.io/v1alpha1",
+            "kind": "VGPUConfig",
+            "memory": "2Gi",
+            "cores": 20,
+        }
+        manifest = claim_manifest("sized")
+        manifest["spec"]["devices"]["config"] = [
+            {"requests": ["gpu"], "opaque": {"driver": DRIVER, "parameters": parameters}}
+        ]
+        created = await node.client.create(CLAIMS, manifest)
+        await node.client.patch(
+            f"/api/v1/nodes/{NODE}/status",
+            {"status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}},
+        )
+        pod = await node.client.create(
+            "/api/v1/namespaces/default/pods",
+            {
+                "metadata": {"name": "infer"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": "gpu"}]},
+                        }
+                    ],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": "sized"}],
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            },
+        )
+        with config.new_client_from_config(config_file=str(node.root / "kubeconfig")) as api:
+            scheduler = DRAScheduler(api, settings=SchedulerSettings(allocate=True))
+            outcome = await scheduler.schedule("default", "infer")
+        assert outcome.node == NODE, outcome
+        allocated = await node.client.get(object_path(CLAIMS, "sized"))
+        (charged,) = allocated["status"]["allocation"]["devices"]["results"]
+        assert charged["consumedCapacity"]["memory"] == "16Gi"
+        claim = ClaimRef("default", created["metadata"]["uid"], "sized")
+        entry = (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid]
+        assert entry.error == ""
+        applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
+        assert applied.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
+        assert applied.env["CUDA_DEVICE_SM_LIMIT_0"] == "20"
+        events = await node.client.list("/api/v1/namespaces/default/events")
+        (warning,) = [e for e in events["items"] if e["reason"] == "VGPUConfigNotCharged"]
+        assert warning["type"] == "Warning"
+        assert warning["involvedObject"] == {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "namespace": "default",
+            "name": "sized",
+            "uid": claim.uid,
+        }
+        assert "opaque parameters are not capacity requests" in warning["message"]
+        assert 'capacity: {requests: {memory: 2Gi, cores: "20"}}' in warning["message"]
+        assert pod["metadata"]["uid"] in {
+            r["uid"] for r in allocated["status"].get("reservedFor", [])
+        }
+
+
+def preparer_records(caplog: pytest.LogCaptureFixture, message: str) -> list[logging.LogRecord]:
+    return [
+        r
+        for r in caplog.records
+        if r.name == "kubeletplugin.preparer" and r.getMessage() == message
+    ]
+
+
+async def test_prepare_and_unprepare_are_logged_with_claim_pods_devices_and_duration(
+    node: Node, caplog: pytest.LogCaptureFixture
+):
+    caplog.set_level(logging.INFO, logger="kubeletplugin.preparer")
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("logged", [result("gpu-1", "1Gi")])
+        await reserve(node, claim, await pod_using(node, "worker", {"main": ["logged"]}))
+        await node.kubelet.prepare(DRIVER, [claim])
+        await node.kubelet.unprepare(DRIVER, [claim])
+        await node.kubelet.prepare(DRIVER, [ClaimRef("default", str(uuid.uuid4()), "gone")])
+    (prepared,) = preparer_records(caplog, "prepare done")
+    (unprepared,) = preparer_records(caplog, "unprepare done")
+    for record in (prepared, unprepared):
+        assert record.levelno == logging.INFO
+        assert (record.claim, record.uid) == ("default/logged", claim.uid)
+        assert (record.pods, record.devices) == ("default/worker", "node-a/gpu-1")
+        assert isinstance(record.duration_ms, float)
+    (failed,) = preparer_records(caplog, "prepare failed")
+    assert failed.levelno == logging.WARNING
+    assert failed.claim == "default/gone"
+    assert "does not exist" in failed.error
+
+
+async def test_library_chatter_stays_out_of_debug_unless_asked_for(
+    node: Node, caplog: pytest.LogCaptureFixture
+):
+    def library_records() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name.split(".")[0] in LIBRARY_LOGGERS]
+
+    async def change_gpus(plugin: KubeletPlugin, numa: int) -> None:
+        generation = plugin.publisher.generation
+        node.settings.mock_gpus.write_text(MOCK_GPUS.replace("numa: 1}", f"numa: {numa}}}"))
+        await plugin.publisher.wait_for(lambda: plugin.publisher.generation > generation)
+
+    caplog.set_level(logging.DEBUG)
+    try:
+        async with node.plugin() as plugin:
+            await node.kubelet.wait_registered(DRIVER)
+            quiet_library_loggers("DEBUG")
+            await change_gpus(plugin, 2)
+            assert library_records(), "asked for: the libraries log their DEBUG lines"
+            caplog.clear()
+            quiet_library_loggers()
+            await change_gpus(plugin, 3)
+            assert library_records() == []
+            assert any(r.name.startswith("kubeletplugin") for r in caplog.records)
+    finally:
+        for name in LIBRARY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+async def test_the_checkpoint_is_kept_out_of_the_socket_directory_and_moved_there_once(
+    node: Node,
+):
+    """Every checkpoint write next to dra.sock would wake the socket watcher."""
+    settings = node.settings
+    assert settings.checkpoint_path.parent not in (
+        settings.dra_socket.parent,
+        settings.registration_socket.parent,
+    )
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("kept", [result("gpu-0", "1Gi")])
+        first = await node.kubelet.prepare(DRIVER, [claim])
+    await node.kubelet.wait_deregistered(DRIVER)
+    legacy = settings.service_dir / "checkpoint.json"
+    settings.checkpoint_path.replace(legacy)
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        assert [r.uid for r in plugin.preparer.prepared_records()] == [claim.uid]
+        assert await node.kubelet.prepare(DRIVER, [claim]) == first
+    assert settings.checkpoint_path.exists()
+    assert not legacy.exists()
