@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -40,6 +42,7 @@ records = st.builds(
     state=st.sampled_from(PrepareState),
     devices=st.lists(devices, max_size=3).map(tuple),
     cache_nonce=names,
+    pods=st.lists(names, max_size=2).map(tuple),
 )
 
 
@@ -94,3 +97,23 @@ def test_replace_is_atomic_for_open_readers(tmp_path: Path):
         assert decode_checkpoint(old.read()).claims.keys() == {"u1"}
     assert file.load().claims.keys() == {"u2"}
     assert not any(name.endswith(".tmp") for name in os.listdir(tmp_path))
+
+
+def test_a_record_written_before_pods_were_kept_reads_with_none(tmp_path: Path):
+    """Checkpoints of the previous release have no `pods`; they still load."""
+    file = CheckpointFile(tmp_path / "checkpoint.json", "boot-1")
+    file.store(Checkpoint("boot-1", {"u1": record()}))
+    body = json.loads(file.path.read_bytes())["data"]
+    del body["claims"]["u1"]["pods"]
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    envelope = {"checksum": hashlib.sha256(canonical).hexdigest(), "data": body}
+    file.path.write_text(json.dumps(envelope))
+    assert file.load().claims["u1"].pods == ()
+
+
+def test_a_checkpoint_left_at_the_legacy_path_is_moved(tmp_path: Path):
+    legacy = tmp_path / "checkpoint.json"
+    CheckpointFile(legacy, "boot-1").store(Checkpoint("boot-1", {"u1": record()}))
+    moved = CheckpointFile(tmp_path / "state" / "checkpoint.json", "boot-1", legacy_path=legacy)
+    assert moved.load().claims == {"u1": record()}
+    assert moved.path.exists() and not legacy.exists()
