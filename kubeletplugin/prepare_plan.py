@@ -71,13 +71,14 @@ class UnchargedConfig:
             asked.append(f"cores {self.asked_cores}")
             requests.append(f'cores: "{self.asked_cores}"')
         cores = self.grant.core_limit
+        limit = format_quantity(self.grant.memory_limit_bytes // MIB * MIB)
         return (
             f"VGPUConfig of request {self.request!r} asks for {', '.join(asked)}, but the "
             f"allocation charged device {self.device} memory "
             f"{format_quantity(self.charged_memory_bytes)}, cores {self.charged_cores}: "
             "opaque parameters are not capacity requests when kube-scheduler allocates. "
-            f"The container is limited to memory {format_quantity(self.grant.memory_limit_bytes)}"
-            f", {f'cores {cores}' if cores else 'no core limit'}; the device stays charged as "
+            f"The container is limited to memory {limit}, "
+            f"{f'cores {cores}' if cores else 'no core limit'}; the device stays charged as "
             "allocated. Ask for capacity in the claim's request instead: "
             f"capacity: {{requests: {{{', '.join(requests)}}}}}"
         )

@@ -173,3 +173,13 @@ def test_config_equal_to_the_charge_is_not_reported():
     assert (planned.grants[0].memory_limit_bytes, planned.grants[0].core_limit) == (2 * GIB, 20)
     assert planned.uncharged == ()
     assert plan(claim([result(memory="80Gi", cores="0", shares="1")])).uncharged == ()
+
+
+def test_a_percentage_is_reported_in_whole_mib_as_libvgpu_applies_it():
+    document = claim(
+        [result(memory="80Gi", cores="0", shares="1")],
+        [config("FromClaim", {"memoryPercentage": 33})],
+    )
+    (uncharged,) = plan(document).uncharged
+    assert "limited to memory 27033Mi, no core limit" in uncharged.message()
+    assert "capacity: {requests: {memory: 27033Mi}}" in uncharged.message()
