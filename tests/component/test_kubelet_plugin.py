@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import grpc
@@ -760,3 +761,31 @@ async def test_the_checkpoint_is_kept_out_of_the_socket_directory_and_moved_ther
         assert await node.kubelet.prepare(DRIVER, [claim]) == first
     assert settings.checkpoint_path.exists()
     assert not legacy.exists()
+
+
+class GpusWithNodes(MockBackend):
+    """The mock GPUs as a real backend sees them: GPUs with device nodes."""
+
+    has_device_nodes = True
+
+
+async def test_a_backend_with_device_nodes_lists_only_those_the_host_has(node: Node):
+    dev = node.root / "dev"
+    dev.mkdir()
+    for name in ("nvidiactl", "nvidia1"):
+        os.mkfifo(dev / name)
+    settings = replace(node.settings, dev_dir=dev)
+    backend = GpusWithNodes(settings.mock_gpus)
+    async with KubeletPlugin(settings, node.client, backend, CollectorRegistry()):
+        await node.kubelet.wait_registered(DRIVER)
+        present = await node.claim("present", [result("gpu-1", "1Gi")])
+        absent = await node.claim("absent", [result("gpu-0", "1Gi")])
+        response = await node.kubelet.prepare(DRIVER, [present, absent])
+        entry = response.claims[present.uid]
+        applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
+        assert applied.device_nodes == {
+            "/dev/nvidiactl": str(dev / "nvidiactl"),
+            "/dev/nvidia1": str(dev / "nvidia1"),
+        }
+        error = response.claims[absent.uid].error
+        assert f"device node {dev}/nvidia0 of GPU minor 0 is missing on this node" in error
