@@ -1,20 +1,23 @@
-"""The set of known cache files and their mapped readers, shared by watcher and scrapes.
+"""The set of known cache files, shared by the watcher (event loop) and scrapes (a worker thread).
 
-The watcher (event loop) adds and drops paths; scrapes (a worker thread) read
-them. One lock covers both, so a reader is never unmapped mid-read. A file
-that cannot be opened yet (still being created) stays known and is retried on
-the next scrape; only a successful open is kept.
+The watcher adds and drops paths; a scrape reads every known file afresh (see
+`region_reader`: nothing stays open or mapped between scrapes, so a file that
+is replaced, truncated or deleted meanwhile costs at most its own series).
+A file that cannot be read stays known and is read again on the next scrape.
+
+Trouble is logged once per change, not once per scrape: the first time a file
+fails, and again only when its reason changes or after it read cleanly. A
+damaged or unreadable file is a WARNING; one still being created is INFO.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from dataclasses import dataclass
 
 from libvgpu.cache_paths import CacheFileKey
-from libvgpu.region_reader import RegionReader, RegionReadError, RegionSnapshot, open_region
+from libvgpu.region_reader import RegionNotReadyError, RegionReadError, RegionSnapshot, read_region
 
 log = logging.getLogger(__name__)
 
@@ -30,28 +33,24 @@ class CacheFiles:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._keys: dict[str, CacheFileKey] = {}
-        self._readers: dict[str, RegionReader] = {}
+        self._problems: dict[str, str] = {}
+        """Path -> the reason last logged for it; absent while the file reads cleanly."""
 
     def paths(self) -> frozenset[str]:
         with self._lock:
             return frozenset(self._keys)
 
     def add(self, path: str, key: CacheFileKey) -> bool:
-        """Know the file; a different file now at a known path is reopened. True if new."""
+        """Know the file (again); True if it was not known."""
         with self._lock:
             new = path not in self._keys
             self._keys[path] = key
-            reader = self._readers.get(path)
-            if reader is not None and _identity(path) != reader.identity:
-                self._close(path)
             return new
 
     def discard(self, path: str) -> bool:
         with self._lock:
-            if self._keys.pop(path, None) is None:
-                return False
-            self._close(path)
-            return True
+            self._problems.pop(path, None)
+            return self._keys.pop(path, None) is not None
 
     def discard_under(self, directory: str) -> bool:
         prefix = directory.rstrip("/") + "/"
@@ -59,38 +58,41 @@ class CacheFiles:
             gone = [path for path in self._keys if path.startswith(prefix)]
             for path in gone:
                 del self._keys[path]
-                self._close(path)
+                self._problems.pop(path, None)
             return bool(gone)
 
     def read_all(self) -> list[CacheReading]:
-        """Snapshots of every known file that reads cleanly right now."""
-        readings = []
+        """Snapshots of every known file that reads cleanly right now; never raises for a file."""
         with self._lock:
-            for path, key in self._keys.items():
-                try:
-                    reader = self._readers.get(path)
-                    if reader is None:
-                        reader = self._readers[path] = open_region(path)
-                    readings.append(CacheReading(path, key, reader.read()))
-                except RegionReadError as error:
-                    log.debug("skipping %s: %s", path, error)
+            known = list(self._keys.items())
+        readings = []
+        for path, key in known:
+            try:
+                snapshot = read_region(path)
+            except RegionReadError as error:
+                level = logging.INFO if isinstance(error, RegionNotReadyError) else logging.WARNING
+                self._report(path, error.reason, level)
+            except Exception as error:  # a bug for one file must not fail the whole scrape
+                self._report(path, f"{type(error).__name__}: {error}", logging.WARNING)
+            else:
+                self._cleared(path)
+                readings.append(CacheReading(path, key, snapshot))
         return readings
+
+    def _report(self, path: str, reason: str, level: int) -> None:
+        with self._lock:
+            if path not in self._keys or self._problems.get(path) == reason:
+                return
+            self._problems[path] = reason
+        log.log(level, "cache file skipped", extra={"path": path, "reason": reason})
+
+    def _cleared(self, path: str) -> None:
+        with self._lock:
+            reason = self._problems.pop(path, None)
+        if reason is not None:
+            log.info("cache file readable again", extra={"path": path, "was": reason})
 
     def close(self) -> None:
         with self._lock:
-            for path in list(self._readers):
-                self._close(path)
             self._keys.clear()
-
-    def _close(self, path: str) -> None:
-        reader = self._readers.pop(path, None)
-        if reader is not None:
-            reader.close()
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    try:
-        info = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return None
-    return info.st_dev, info.st_ino
+            self._problems.clear()

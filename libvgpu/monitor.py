@@ -1,15 +1,17 @@
 """`dra-driver monitor`: the vGPU monitor's HTTP server and its lifecycle.
 
-`VgpuMonitor.start` registers the collector on the injected registry, scans
-and starts watching the cache root, then serves `/metrics` with aiohttp;
-`aclose` undoes it in reverse. A scrape renders in a worker thread so reading
-hundreds of mapped files never stalls the event loop.
+`VgpuMonitor.start` scans and starts watching the cache root, then serves
+`/metrics` with aiohttp: the injected registry's metrics followed by the vGPU
+series, which are rendered straight to text (`libvgpu.metrics`); `aclose`
+undoes it in reverse. A scrape renders in a worker thread so reading hundreds
+of cache files never stalls the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -18,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from libvgpu.cache_files import CacheFiles
 from libvgpu.cache_watcher import CacheWatcher, WatchSettings
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
-from libvgpu.metrics import VgpuMonitorCollector
+from libvgpu.metrics import VgpuMetrics
 from libvgpu.owners import (
     ClaimIndex,
     ClaimResolver,
@@ -42,16 +44,30 @@ class MonitorSettings:
     """Root holding `claims/<uid>/` and `containers/<podUID>_<ctr>/` cache dirs."""
 
     node_name: str = ""
-    """`node` label of the host GPU series (HAMi reads NODE_NAME)."""
+    """`node` label of the host GPU series (HAMi reads NODE_NAME); empty exports none."""
+
+    legacy_metrics: bool = False
+    """Also export HAMi's pre-v2.9 names (`HostGPUMemoryUsage`, `vGPU_device_memory_*`, ...)."""
 
     watch: WatchSettings = field(default_factory=WatchSettings)
 
 
 class MetricsServer:
-    """Serves one registry at `/metrics` (and `/healthz`)."""
+    """Serves one registry, then any text sources, at `/metrics` (and `/healthz`).
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    A text source returns ready-made exposition text for families the registry
+    does not hold (the monitor's vGPU series).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        host: str,
+        port: int,
+        text_sources: Sequence[Callable[[], str]] = (),
+    ) -> None:
         self._registry = registry
+        self._text_sources = tuple(text_sources)
         self._host = host
         self._port = port
         self._runner: web.AppRunner | None = None
@@ -88,15 +104,19 @@ class MetricsServer:
         await self.aclose()
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = await asyncio.to_thread(generate_latest, self._registry)
+        body = await asyncio.to_thread(self._render)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def _render(self) -> bytes:
+        texts = [source() for source in self._text_sources]
+        return generate_latest(self._registry) + "".join(texts).encode()
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
 
 class VgpuMonitor:
-    """Watcher, collector and server for one cache root; owns (and closes) the host backend."""
+    """Watcher, series and server for one cache root; owns (and closes) the host backend."""
 
     def __init__(
         self,
@@ -109,10 +129,16 @@ class VgpuMonitor:
         self.watcher = CacheWatcher(settings.cache_root, self.files, settings.watch)
         self._settings = settings
         self._host = host
-        self._registry = registry
-        self._collector = VgpuMonitorCollector(self.files, resolver, host, settings.node_name)
-        self._server = MetricsServer(registry, settings.host, settings.port)
-        self._registered = False
+        self.metrics = VgpuMetrics(
+            self.files,
+            resolver,
+            host,
+            settings.node_name,
+            legacy_metrics=settings.legacy_metrics,
+        )
+        self._server = MetricsServer(
+            registry, settings.host, settings.port, text_sources=[self.metrics.render]
+        )
 
     @property
     def port(self) -> int:
@@ -120,8 +146,6 @@ class VgpuMonitor:
 
     async def start(self) -> None:
         os.makedirs(self._settings.cache_root, exist_ok=True)
-        self._registry.register(self._collector)
-        self._registered = True
         try:
             await self.watcher.start()
             await self._server.start()
@@ -132,9 +156,6 @@ class VgpuMonitor:
     async def aclose(self) -> None:
         await self._server.aclose()
         await self.watcher.aclose()
-        if self._registered:
-            self._registry.unregister(self._collector)
-            self._registered = False
         self.files.close()
         self._host.close()
 

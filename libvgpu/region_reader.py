@@ -1,19 +1,25 @@
 """Read-only, lock-free reader of libvgpu's shared-region files.
 
-The file is mapped read-only and never locked: libvgpu's semaphores belong to
+Each read opens the file, copies the parts it needs with `pread` and closes
+it; nothing is mapped and nothing is locked. libvgpu's semaphores belong to
 the processes in the container, and a reader that took them could stall those
-processes. Per-process slots are copied under the slot's seqlock (odd while a
-writer is inside; a copy counts when the same even value is seen before and
-after it). Header words are single aligned 64/32-bit stores and are read as-is.
+processes. A mapped file that shrinks under a reader raises SIGBUS, which no
+Python code can catch; a `pread` past the end just returns fewer bytes, so a
+file that is being created, truncated, rewritten or holds garbage yields a
+`RegionReadError` and never takes the monitor down.
 
-A file that is being created, was truncated or holds garbage yields a
-`RegionReadError`, never a crash: the file size is re-checked before every
-read, because touching a mapped page past a truncated end raises SIGBUS.
+Per-process slots are copied under the slot's seqlock (odd while a writer is
+inside). The slots are copied twice in a row: the copy is ascending, so the
+seqlock word at a slot's end is read after that slot's data, and the second
+copy's data sits between the first copy's seqlock and its own. Equal even
+values accept the second copy (x86-64's load ordering makes this hold).
+Header words are single aligned 64/32-bit stores and are read as-is; the
+header probe is read again last, so a file re-initialised mid-read is
+reported as such rather than mixed.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
@@ -36,15 +42,21 @@ DEFAULT_SEQLOCK_RETRIES = 64
 
 
 class RegionReadError(DriverError):
-    """The region file could not be read as a libvgpu shared region."""
+    """The region file could not be read as a libvgpu shared region; `reason` says why."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class RegionNotReadyError(RegionReadError):
-    """The file is absent, short or not yet stamped with the magic: it is being created."""
+    """The file is absent, empty or not yet stamped with the magic: it is being created."""
 
 
 class RegionFormatError(RegionReadError):
-    """The file is not a layout this reader knows, or holds impossible values."""
+    """The file is not a layout this reader knows (bad magic, size or version) or holds
+    impossible values: it is corrupt, or was truncated or changed while it was read."""
 
 
 class RegionUnstableError(RegionReadError, TransientError):
@@ -113,6 +125,8 @@ _CONTEXT, _MODULE, _DATA, _TOTAL = 0, 1, 2, 4
 """Word positions inside `device_memory_t`."""
 _SM_UTIL = 2
 """Word position of `sm_util` inside `device_util_t`."""
+_HEADER_BYTES = max(V0.procs, V1.procs)
+"""Everything before the process slots: magic, versions, counts, uuids, limits."""
 
 
 def _slot_struct(layout: RegionLayout) -> struct.Struct:
@@ -132,19 +146,24 @@ _SLOTS = {layout.name: _slot_struct(layout) for layout in (V0, V1)}
 
 
 def select_layout(size: int, header: bytes, name: str = "region") -> RegionLayout:
-    """The layout of a file of `size` bytes starting with `header`; `name` prefixes errors."""
+    """The layout of a file of `size` bytes starting with `header`; `name` prefixes errors.
+
+    A zero magic is a file still being created; any other wrong value is damage.
+    """
     if size < _HEADER_PROBE.size or len(header) < _HEADER_PROBE.size:
-        raise RegionNotReadyError(f"{name}: {size} bytes, shorter than a region header")
+        raise RegionNotReadyError(name, f"{size} bytes, shorter than a region header")
     magic, major, minor = _HEADER_PROBE.unpack_from(header)
+    if magic == 0:
+        raise RegionNotReadyError(name, "magic not set (not yet initialised)")
     if magic != MAGIC:
-        raise RegionNotReadyError(f"{name}: magic {magic} is not {MAGIC} (not yet initialised)")
+        raise RegionFormatError(name, f"bad magic {magic}, want {MAGIC}")
     if V0.file_sizes is not None and size in V0.file_sizes:
         return V0
     if size >= V1.struct_size:
         if major != SUPPORTED_MAJOR_VERSION:
-            raise RegionFormatError(f"{name}: unsupported region version {major}.{minor}")
+            raise RegionFormatError(name, f"unsupported region version {major}.{minor}")
         return V1
-    raise RegionFormatError(f"{name}: size {size} matches no known region layout")
+    raise RegionFormatError(name, f"size {size} matches no known region layout")
 
 
 def _decode_uuid(raw: bytes) -> str:
@@ -154,61 +173,76 @@ def _decode_uuid(raw: bytes) -> str:
     return text.decode("ascii")
 
 
-class RegionReader:
-    """An open, mapped region file, from `open_region`; `close` unmaps it."""
+def read_region(path: str, max_retries: int = DEFAULT_SEQLOCK_RETRIES) -> RegionSnapshot:
+    """One consistent snapshot of the region file at `path`; refuses symlinks and non-files.
 
-    def __init__(
-        self, path: str, mapping: mmap.mmap, layout: RegionLayout, identity: tuple[int, int]
-    ) -> None:
-        self.path = path
-        self.layout = layout
-        self.identity = identity
-        """(st_dev, st_ino): a file replaced under the same name is a different region."""
-        self._map = mapping
-        self._slot = _SLOTS[layout.name]
+    Every failure, whatever the file does meanwhile, is a `RegionReadError`.
+    """
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        descriptor = os.open(path, flags)
+    except FileNotFoundError as error:
+        raise RegionNotReadyError(path, "no such file") from error
+    except OSError as error:
+        raise RegionReadError(path, error.strerror or str(error)) from error
+    try:
+        return _RegionRead(path, descriptor, max_retries).snapshot()
+    except OSError as error:
+        raise RegionReadError(path, error.strerror or str(error)) from error
+    finally:
+        os.close(descriptor)
 
-    def close(self) -> None:
-        self._map.close()
 
-    def read(self, max_retries: int = DEFAULT_SEQLOCK_RETRIES) -> RegionSnapshot:
-        layout = self.layout
-        data = self._map
-        if data.closed:
-            raise RegionReadError(f"{self.path}: reader is closed")
-        try:
-            size = data.size()
-        except OSError as error:
-            raise RegionReadError(f"{self.path}: {error}") from error
-        if size < layout.struct_size:
-            raise RegionNotReadyError(f"{self.path}: truncated to {size} bytes")
-        magic, major, minor = _HEADER_PROBE.unpack_from(data, 0)
-        if magic != MAGIC:
-            raise RegionNotReadyError(f"{self.path}: magic cleared")
+class _RegionRead:
+    """One read of one open file: every `pread` is checked for a short count."""
+
+    def __init__(self, path: str, descriptor: int, max_retries: int) -> None:
+        self._path = path
+        self._descriptor = descriptor
+        self._max_retries = max_retries
+
+    def _pread(self, length: int, offset: int) -> bytes:
+        data = os.pread(self._descriptor, length, offset)
+        if len(data) != length:
+            raise RegionFormatError(
+                self._path, f"truncated while being read (short read at offset {offset})"
+            )
+        return data
+
+    def snapshot(self) -> RegionSnapshot:
+        path = self._path
+        info = os.fstat(self._descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise RegionFormatError(path, "not a regular file")
+        header = os.pread(self._descriptor, _HEADER_BYTES, 0)
+        layout = select_layout(info.st_size, header, path)
+        if len(header) < layout.procs:
+            raise RegionFormatError(path, "truncated while being read (short header)")
+        probe = header[: _HEADER_PROBE.size]
+        _, major, minor = _HEADER_PROBE.unpack_from(header)
         if layout.major_version is None:
             major, minor = 0, 0
-        device_num = _U64.unpack_from(data, layout.device_num)[0]
-        proc_num, utilization_switch, recent_kernel, priority = _TAIL.unpack_from(
-            data, layout.proc_num
-        )
+        device_num = _U64.unpack_from(header, layout.device_num)[0]
+        tail = self._pread(layout.struct_size - layout.proc_num, layout.proc_num)
+        proc_num, utilization_switch, recent_kernel, priority = _TAIL.unpack_from(tail)
         if device_num > MAX_DEVICES:
-            raise RegionFormatError(f"{self.path}: device_num {device_num} > {MAX_DEVICES}")
+            raise RegionFormatError(path, f"device_num {device_num} > {MAX_DEVICES}")
         if not 0 <= proc_num <= MAX_PROCESSES:
-            raise RegionFormatError(f"{self.path}: proc_num {proc_num} out of range")
-        limits = _LIMITS.unpack_from(data, layout.limit)
-        sm_limits = _LIMITS.unpack_from(data, layout.sm_limit)
-        uuids = data[layout.uuids : layout.uuids + MAX_DEVICES * UUID_BYTES]
+            raise RegionFormatError(path, f"proc_num {proc_num} out of range")
         last_kernel_time = (
             0
             if layout.last_kernel_time is None
-            else _U64.unpack_from(data, layout.last_kernel_time)[0]
+            else _U64.unpack_from(tail, layout.last_kernel_time - layout.proc_num)[0]
         )
-        processes = []
-        for slot_index in range(proc_num):
-            values = self._read_slot(slot_index, max_retries)
-            if values[-1] != 0:
-                processes.append(self._process(values, device_num))
+        slots = self._read_slots(layout, proc_num)
+        if self._pread(_HEADER_PROBE.size, 0) != probe:
+            raise RegionFormatError(path, "re-initialised while being read")
+        limits = _LIMITS.unpack_from(header, layout.limit)
+        sm_limits = _LIMITS.unpack_from(header, layout.sm_limit)
+        uuids = header[layout.uuids : layout.uuids + MAX_DEVICES * UUID_BYTES]
+        processes = [_process(layout, values, device_num) for values in slots if values[-1] != 0]
         devices = tuple(
-            self._device(index, uuids, limits, sm_limits, processes) for index in range(device_num)
+            _device(index, uuids, limits, sm_limits, processes) for index in range(device_num)
         )
         return RegionSnapshot(
             layout=layout.name,
@@ -222,83 +256,79 @@ class RegionReader:
             last_kernel_time=last_kernel_time,
         )
 
-    def _read_slot(self, slot_index: int, max_retries: int) -> tuple[int, ...]:
-        offset = self.layout.procs + slot_index * self.layout.slot_size
-        if self.layout.slot_seqlock is None:
-            return self._slot.unpack_from(self._map, offset)
-        seqlock_offset = offset + self.layout.slot_seqlock
-        for _ in range(max_retries):
-            before = _U64.unpack_from(self._map, seqlock_offset)[0]
-            if before & 1 == 0:
-                values = self._slot.unpack_from(self._map, offset)
-                if _U64.unpack_from(self._map, seqlock_offset)[0] == before:
-                    return values
+    def _read_slots(self, layout: RegionLayout, proc_num: int) -> list[tuple[int, ...]]:
+        slot = _SLOTS[layout.name]
+        size = layout.slot_size
+        first = self._pread(proc_num * size, layout.procs)
+        if layout.slot_seqlock is None:
+            return [slot.unpack_from(first, index * size) for index in range(proc_num)]
+        second = self._pread(proc_num * size, layout.procs)
+        values = []
+        for index in range(proc_num):
+            seqlock_at = index * size + layout.slot_seqlock
+            before = _U64.unpack_from(first, seqlock_at)[0]
+            after = _U64.unpack_from(second, seqlock_at)[0]
+            if before == after and before & 1 == 0:
+                values.append(slot.unpack_from(second, index * size))
+            else:
+                values.append(self._retry_slot(layout, index, after))
+        return values
+
+    def _retry_slot(self, layout: RegionLayout, index: int, before: int) -> tuple[int, ...]:
+        """Copy one slot again until two copies in a row end with the same even seqlock."""
+        assert layout.slot_seqlock is not None
+        offset = layout.procs + index * layout.slot_size
+        for _ in range(self._max_retries):
             time.sleep(0)
+            copy = self._pread(layout.slot_size, offset)
+            after = _U64.unpack_from(copy, layout.slot_seqlock)[0]
+            if before == after and after & 1 == 0:
+                return _SLOTS[layout.name].unpack_from(copy)
+            before = after
         raise RegionUnstableError(
-            f"{self.path}: slot {slot_index} still changing after {max_retries} tries"
-        )
-
-    def _process(self, values: tuple[int, ...], device_num: int) -> ProcessUsage:
-        used_words = self.layout.used_stride // 8
-        util_words = self.layout.util_stride // 8
-        monitor_base = 2 + MAX_DEVICES * used_words
-        util_base = monitor_base + MAX_DEVICES
-        devices = range(device_num)
-
-        def memory(field: int) -> tuple[int, ...]:
-            return tuple(values[2 + device * used_words + field] for device in devices)
-
-        return ProcessUsage(
-            pid=values[0],
-            host_pid=values[1],
-            status=values[-1],
-            used_bytes=memory(_TOTAL),
-            context_bytes=memory(_CONTEXT),
-            module_bytes=memory(_MODULE),
-            data_bytes=memory(_DATA),
-            monitor_used_bytes=tuple(values[monitor_base + device] for device in devices),
-            sm_util=tuple(values[util_base + device * util_words + _SM_UTIL] for device in devices),
-        )
-
-    def _device(
-        self,
-        index: int,
-        uuids: bytes,
-        limits: tuple[int, ...],
-        sm_limits: tuple[int, ...],
-        processes: list[ProcessUsage],
-    ) -> DeviceUsage:
-        return DeviceUsage(
-            index=index,
-            uuid=_decode_uuid(uuids[index * UUID_BYTES : (index + 1) * UUID_BYTES]),
-            limit_bytes=limits[index],
-            sm_limit_percent=sm_limits[index],
-            used_bytes=sum(process.used_bytes[index] for process in processes),
-            context_bytes=sum(process.context_bytes[index] for process in processes),
-            module_bytes=sum(process.module_bytes[index] for process in processes),
-            data_bytes=sum(process.data_bytes[index] for process in processes),
-            monitor_used_bytes=sum(process.monitor_used_bytes[index] for process in processes),
-            sm_util=sum(process.sm_util[index] for process in processes),
+            self._path, f"slot {index} still changing after {self._max_retries} tries"
         )
 
 
-def open_region(path: str) -> RegionReader:
-    """Open and map a region file read-only; refuses symlinks and anything but a regular file."""
-    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-    try:
-        descriptor = os.open(path, flags)
-    except FileNotFoundError as error:
-        raise RegionNotReadyError(f"{path}: no such file") from error
-    except OSError as error:
-        raise RegionReadError(f"{path}: {error}") from error
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise RegionFormatError(f"{path}: not a regular file")
-        layout = select_layout(info.st_size, os.pread(descriptor, _HEADER_PROBE.size, 0), path)
-        mapping = mmap.mmap(descriptor, layout.struct_size, mmap.MAP_SHARED, mmap.PROT_READ)
-    except OSError as error:
-        raise RegionReadError(f"{path}: {error}") from error
-    finally:
-        os.close(descriptor)
-    return RegionReader(path, mapping, layout, (info.st_dev, info.st_ino))
+def _process(layout: RegionLayout, values: tuple[int, ...], device_num: int) -> ProcessUsage:
+    used_words = layout.used_stride // 8
+    util_words = layout.util_stride // 8
+    monitor_base = 2 + MAX_DEVICES * used_words
+    util_base = monitor_base + MAX_DEVICES
+    devices = range(device_num)
+
+    def memory(field: int) -> tuple[int, ...]:
+        return tuple(values[2 + device * used_words + field] for device in devices)
+
+    return ProcessUsage(
+        pid=values[0],
+        host_pid=values[1],
+        status=values[-1],
+        used_bytes=memory(_TOTAL),
+        context_bytes=memory(_CONTEXT),
+        module_bytes=memory(_MODULE),
+        data_bytes=memory(_DATA),
+        monitor_used_bytes=tuple(values[monitor_base + device] for device in devices),
+        sm_util=tuple(values[util_base + device * util_words + _SM_UTIL] for device in devices),
+    )
+
+
+def _device(
+    index: int,
+    uuids: bytes,
+    limits: tuple[int, ...],
+    sm_limits: tuple[int, ...],
+    processes: list[ProcessUsage],
+) -> DeviceUsage:
+    return DeviceUsage(
+        index=index,
+        uuid=_decode_uuid(uuids[index * UUID_BYTES : (index + 1) * UUID_BYTES]),
+        limit_bytes=limits[index],
+        sm_limit_percent=sm_limits[index],
+        used_bytes=sum(process.used_bytes[index] for process in processes),
+        context_bytes=sum(process.context_bytes[index] for process in processes),
+        module_bytes=sum(process.module_bytes[index] for process in processes),
+        data_bytes=sum(process.data_bytes[index] for process in processes),
+        monitor_used_bytes=sum(process.monitor_used_bytes[index] for process in processes),
+        sm_util=sum(process.sm_util[index] for process in processes),
+    )

@@ -17,7 +17,7 @@ from libvgpu.region_reader import (
     RegionNotReadyError,
     RegionReadError,
     RegionUnstableError,
-    open_region,
+    read_region,
 )
 
 UUID_A = "GPU-0a1b2c3d-0000-1111-2222-333344445555"
@@ -54,11 +54,7 @@ def sample_region(version: str = "v1", minor: int = 2) -> Region:
 
 
 def read_file(path: Path):
-    reader = open_region(str(path))
-    try:
-        return reader.read()
-    finally:
-        reader.close()
+    return read_region(str(path))
 
 
 @pytest.mark.parametrize(("version", "minor"), [("v1", 2), ("v1", 1), ("v0", 0)])
@@ -98,19 +94,15 @@ def test_device_without_uuid_yet_reads_as_empty(tmp_path):
     assert [device.uuid for device in read_file(path).devices] == ["", UUID_B]
 
 
-def test_reader_follows_live_updates_through_the_mapping(tmp_path):
+def test_each_read_sees_the_file_as_it_is_now(tmp_path):
     path = tmp_path / "region.cache"
     write_region(path, sample_region())
-    reader = open_region(str(path))
-    try:
-        assert reader.read().devices[0].used_bytes == 502
-        region = sample_region()
-        region.procs[0].used[0] = (0, 0, 0, 1000)
-        with open(path, "r+b") as handle:
-            handle.write(region_bytes(region))
-        assert reader.read().devices[0].used_bytes == 1002
-    finally:
-        reader.close()
+    assert read_file(path).devices[0].used_bytes == 502
+    region = sample_region()
+    region.procs[0].used[0] = (0, 0, 0, 1000)
+    with open(path, "r+b") as handle:
+        handle.write(region_bytes(region))
+    assert read_file(path).devices[0].used_bytes == 1002
 
 
 def test_concurrent_writer_never_yields_a_torn_slot(tmp_path):
@@ -129,7 +121,6 @@ def test_concurrent_writer_never_yields_a_torn_slot(tmp_path):
         stdout=subprocess.PIPE,
         text=True,
     )
-    reader = open_region(str(path))
     try:
         assert writer.stdout.readline() == "ready\n"
         counters = set()
@@ -137,7 +128,7 @@ def test_concurrent_writer_never_yields_a_torn_slot(tmp_path):
         while len(counters) < 20 and reads < 200_000:
             reads += 1
             try:
-                snapshot = reader.read(max_retries=10_000)
+                snapshot = read_region(str(path), max_retries=10_000)
             except RegionUnstableError:
                 continue
             (process,) = snapshot.processes
@@ -146,7 +137,6 @@ def test_concurrent_writer_never_yields_a_torn_slot(tmp_path):
             counters |= values
         assert len(counters) >= 20
     finally:
-        reader.close()
         writer.kill()
         writer.wait()
         writer.stdout.close()
@@ -187,16 +177,13 @@ def test_truncated_file_is_a_format_error(tmp_path):
         read_file(path)
 
 
-def test_file_truncated_after_open_is_an_error_not_a_crash(tmp_path):
+def test_file_truncated_since_the_last_read_is_a_format_error(tmp_path):
     path = tmp_path / "region.cache"
     write_region(path, sample_region())
-    reader = open_region(str(path))
-    try:
-        os.truncate(path, 4096)
-        with pytest.raises(RegionNotReadyError):
-            reader.read()
-    finally:
-        reader.close()
+    read_file(path)
+    os.truncate(path, 4096)
+    with pytest.raises(RegionFormatError, match="4096"):
+        read_file(path)
 
 
 def test_oversized_v1_file_reads_its_prefix(tmp_path):
@@ -302,3 +289,14 @@ def test_random_damage_to_valid_files_gives_typed_error_or_result(tmp_path, base
             end = min(len(content), offset + len(data))
             content[offset:end] = data[: end - offset]
     check_never_crashes(tmp_path / "damaged.cache", bytes(content))
+
+
+def test_wrong_magic_is_bad_magic_not_a_file_being_created(tmp_path):
+    path = tmp_path / "region.cache"
+    region = sample_region()
+    region.magic = 12345
+    write_region(path, region)
+    with pytest.raises(RegionFormatError, match="bad magic 12345") as raised:
+        read_file(path)
+    assert "not yet initialised" not in str(raised.value)
+    assert raised.value.path == str(path)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import os
 import struct
 import sys
+import threading
 from dataclasses import dataclass, field
 
 MAGIC = 19920718
@@ -171,6 +173,52 @@ def toggle_forever(path: str, devices: int) -> None:
             sys.stdout.write("ready\n")
             sys.stdout.flush()
             announced = True
+
+
+CHURN_SIZES = (0, 4096, 5000, V1["file"] // 2)
+"""Sizes a churned file passes through: empty, one page, a header only, half a region."""
+
+
+def churn_until_stdin_closes(paths: list[str], content: bytes) -> None:
+    """Concurrent writer: truncates each file in place and rewrites it, until stdin closes.
+
+    Each round shrinks every file to the next of `CHURN_SIZES`, grows it back
+    (zeros) and writes the non-zero pages of `content`, so a reader sees every
+    stage: short, zeroed, half written, whole. Prints "ready" after the first
+    round and the number of rounds at the end; the files are whole when it exits.
+    """
+    stop = threading.Event()
+
+    def wait_for_eof() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_for_eof, daemon=True).start()
+    page = mmap.PAGESIZE
+    pieces = [
+        (offset, content[offset : offset + page])
+        for offset in range(0, len(content), page)
+        if any(content[offset : offset + page])
+    ]
+    descriptors = [os.open(path, os.O_RDWR) for path in paths]
+    rounds = 0
+    try:
+        while not stop.is_set():
+            shrink_to = CHURN_SIZES[rounds % len(CHURN_SIZES)]
+            for descriptor in descriptors:
+                os.ftruncate(descriptor, shrink_to)
+                os.ftruncate(descriptor, len(content))
+                for offset, piece in pieces:
+                    os.pwrite(descriptor, piece, offset)
+            rounds += 1
+            if rounds == 1:
+                sys.stdout.write("ready\n")
+                sys.stdout.flush()
+    finally:
+        for descriptor in descriptors:
+            os.close(descriptor)
+    sys.stdout.write(f"{rounds}\n")
+    sys.stdout.flush()
 
 
 class _DevMem(ctypes.Structure):
