@@ -12,9 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)
 
-## run: the main job (engine on the bundled example inventory)
+## run: the main job (the simulator: real components, emulated nodes, mock GPUs)
 run: $(STAMP)
-	$(BIN)/dra-driver explain --inventory examples/inventory.yaml --workload examples/pod-two-containers.yaml
+	$(BIN)/dra-driver simulate
 
 ## test: the whole test suite
 test: $(STAMP)

@@ -42,7 +42,11 @@ def _monitor(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)
     settings = MonitorSettings(
-        host=args.host, port=args.port, cache_root=args.cache_root, node_name=args.node_name
+        host=args.host,
+        port=args.port,
+        cache_root=args.cache_root,
+        node_name=args.node_name,
+        legacy_metrics=args.legacy_metrics,
     )
     return run_until_signalled(lambda stop: serve_monitor(settings, args.kubeconfig, stop))
 
@@ -110,6 +114,19 @@ def _status(args: argparse.Namespace) -> int:
     return asyncio.run(run_status(args.kubeconfig, settings))
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from simulator.run import run_simulation
+    from simulator.settings import ClusterShape, Mode, SimulationSettings
+
+    settings = SimulationSettings(
+        mode=Mode(args.mode),
+        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
+        scenario=tuple(args.scenario or ()),
+        settle_timeout_s=args.timeout,
+    )
+    return run_simulation(settings, args.output)
+
+
 def _legacy_scheduler(args: argparse.Namespace) -> int:
     from controller.legacy.command import run_legacy
 
@@ -167,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
     )
     monitor.add_argument("--node-name", default=_env("NODE_NAME", ""))
+    monitor.add_argument(
+        "--legacy-metrics",
+        action="store_true",
+        default=_env("MONITOR_LEGACY_METRICS", "false").lower() == "true",
+        help="also export HAMi's pre-v2.9 metric names (HostGPUMemoryUsage, ...)",
+    )
     _add_process_args(monitor)
     monitor.set_defaults(handler=_monitor)
 
@@ -333,6 +356,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.add_argument("--lock-dir", default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
     install.set_defaults(handler=_install_libvgpu)
+
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the real components on emulated nodes with mock GPUs and show who got what",
+        description=(
+            "Start the API emulator, a real kubelet plugin per node (mock GPUs), the kubelet "
+            "and kube-scheduler stand-ins and the real controller (or, with --mode legacy, "
+            "the webhook, extender and device plugin), apply the workloads, and print per "
+            "node and GPU who holds which share, the CDI devices and env each container "
+            "gets, and why a workload did not fit. Exit status 0 when every pod started or "
+            "was refused with a reason."
+        ),
+    )
+    simulate.add_argument(
+        "--mode",
+        choices=("dra", "dra-scheduler-allocated", "legacy"),
+        default="dra",
+        help="dra: the controller allocates (default); dra-scheduler-allocated: "
+        "kube-scheduler does; legacy: device-plugin path",
+    )
+    simulate.add_argument(
+        "--scenario",
+        type=Path,
+        action="append",
+        help="YAML file of DeviceClasses, ResourceClaimTemplates, ResourceClaims and Pods "
+        "(repeatable; default: the bundled examples/)",
+    )
+    simulate.add_argument("--nodes", type=int, default=3)
+    simulate.add_argument("--gpus-per-node", type=int, default=4)
+    simulate.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds to wait for pods to settle"
+    )
+    simulate.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    simulate.set_defaults(handler=_simulate)
 
     status = commands.add_parser(
         "status",

@@ -80,11 +80,25 @@ class ClusterStatus:
     def to_dict(self) -> dict[str, Any]:
         gpus = []
         for gpu in self.gpus:
-            entry = asdict(gpu)
+            entry = camel_case_keys(asdict(gpu))
             entry["allocatedMemoryBytes"] = gpu.allocated_memory_bytes
             entry["allocatedCores"] = gpu.allocated_cores
             gpus.append(entry)
-        return {"gpus": gpus, "pending": [asdict(p) for p in self.pending]}
+        return {"gpus": gpus, "pending": [camel_case_keys(asdict(p)) for p in self.pending]}
+
+
+def camel_case_keys(value: Any) -> Any:
+    """Dataclass dicts in the API's JSON style (`memory_bytes` -> `memoryBytes`)."""
+    if isinstance(value, dict):
+        return {_camel(key): camel_case_keys(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [camel_case_keys(item) for item in value]
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part.title() for part in rest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +241,7 @@ def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any
                 )
 
 
-def _claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
+def claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Pods that reference the claim, by name or through a template-generated status entry."""
     name, namespace = _meta(claim).get("name"), _meta(claim).get("namespace")
     found = []
@@ -247,7 +261,7 @@ def _claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> 
     return found
 
 
-def _newest_warning(
+def newest_warning(
     events: Iterable[Mapping[str, Any]], kind: str, namespace: str, names: set[str]
 ) -> str:
     newest: tuple[str, str] | None = None
@@ -291,13 +305,13 @@ def _pending_claims(
         if not classes & class_names:
             continue
         namespace, name = _meta(claim).get("namespace", ""), _meta(claim).get("name", "")
-        claim_pods = _claim_pods(claim, pods)
-        reason = _newest_warning(events, "ResourceClaim", namespace, {name}) or _newest_warning(
-            events, "Pod", namespace, set(claim_pods)
+        users = claim_pods(claim, pods)
+        reason = newest_warning(events, "ResourceClaim", namespace, {name}) or newest_warning(
+            events, "Pod", namespace, set(users)
         )
         if not reason:
-            reason = "waiting for allocation" if claim_pods else "no pod uses this claim yet"
-        pending.append(PendingClaimView(namespace, name, claim_pods, reason))
+            reason = "waiting for allocation" if users else "no pod uses this claim yet"
+        pending.append(PendingClaimView(namespace, name, users, reason))
     return pending
 
 

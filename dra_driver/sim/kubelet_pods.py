@@ -1,0 +1,194 @@
+"""A kubelet pod-worker stand-in: prepare a bound pod's claims, then report it Running.
+
+kubelet calls NodePrepareResources for every claim of a pod bound to its node
+(grouped per driver) before it creates the containers, hands the returned CDI
+device ids to the runtime per container (`resources.claims`), and calls
+NodeUnprepareResources when the pod is gone. This worker does that through the
+KubeletDRA stand-in, over the plugin's real socket, and records per container
+the CDI ids a runtime would receive. A failed prepare becomes a
+`FailedPrepareDynamicResources` Warning on the pod, as kubelet reports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dra_driver.errors import DriverError
+from dra_driver.kube.informer import Informer, object_key
+from dra_driver.kube.rest import KubeClient
+from dra_driver.runtime import cancel_and_wait
+from dra_driver.sim.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
+
+log = logging.getLogger(__name__)
+
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+
+
+@dataclass
+class PreparedPod:
+    """What kubelet handed the runtime for one pod."""
+
+    namespace: str
+    name: str
+    node: str
+    claims: dict[str, str] = field(default_factory=dict)
+    """Pod claim entry name -> ResourceClaim name."""
+    cdi_ids: dict[str, list[str]] = field(default_factory=dict)
+    """ResourceClaim name -> CDI device ids the plugin returned."""
+    containers: dict[str, list[str]] = field(default_factory=dict)
+    """Container name -> CDI device ids the runtime injects into it."""
+    prepared: dict[str, list[ClaimRef]] = field(default_factory=dict)
+    """Driver -> the claims it prepared (what NodeUnprepareResources gets later)."""
+    error: str = ""
+
+
+def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
+    """Claim entry -> ResourceClaim name (None while a template's claim is not made)."""
+    made = {
+        status["name"]: status.get("resourceClaimName")
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    return {
+        entry["name"]: entry.get("resourceClaimName") or made.get(entry["name"])
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+    }
+
+
+def container_claims(pod: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Container name (init containers too) -> the claim entries it uses."""
+    spec = pod.get("spec") or {}
+    return {
+        container["name"]: [
+            ref["name"] for ref in (container.get("resources") or {}).get("claims") or []
+        ]
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+    }
+
+
+class KubeletPods:
+    """Runs the pods bound to one node until `aclose`."""
+
+    def __init__(self, client: KubeClient, kubelet: KubeletDRA, node: str) -> None:
+        self.client = client
+        self.kubelet = kubelet
+        self.node = node
+        self.pods = Informer(
+            client, "/api/v1/pods", handlers=[self._on_pod], field_selector=f"spec.nodeName={node}"
+        )
+        self.prepared: dict[str, PreparedPod] = {}
+        self.changed = asyncio.Event()
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self.pods.run(), name=f"kubelet pods {self.node}"),
+            asyncio.create_task(self._work(), name=f"kubelet pod worker {self.node}"),
+        ]
+        await self.pods.synced.wait()
+
+    async def aclose(self) -> None:
+        await cancel_and_wait(self._tasks)
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        self._queue.put_nowait((kind, pod))
+
+    async def _work(self) -> None:
+        while True:
+            kind, pod = await self._queue.get()
+            key = object_key(pod)
+            try:
+                if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    await self._stop_pod(key)
+                elif key not in self.prepared:
+                    await self._start_pod(key, pod)
+            except DriverError as error:
+                log.warning("pod worker failed", extra={"pod": key, "error": str(error)})
+            self.changed.set()
+
+    async def _claims(self, pod: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+        """The pod's claims by entry name, or None while one is missing."""
+        namespace = pod["metadata"]["namespace"]
+        claims = {}
+        for entry, name in pod_claim_names(pod).items():
+            if name is None:
+                return None
+            claims[entry] = await self.client.get(
+                f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
+            )
+        return claims
+
+    async def _start_pod(self, key: str, pod: dict[str, Any]) -> None:
+        claims = await self._claims(pod)
+        if claims is None:
+            return
+        metadata = pod["metadata"]
+        record = PreparedPod(metadata["namespace"], metadata["name"], self.node)
+        by_driver: dict[str, list[ClaimRef]] = {}
+        for entry, claim in claims.items():
+            claim_meta = claim["metadata"]
+            record.claims[entry] = claim_meta["name"]
+            allocation = (claim.get("status") or {}).get("allocation") or {}
+            drivers = {r["driver"] for r in (allocation.get("devices") or {}).get("results") or []}
+            for driver in drivers:
+                by_driver.setdefault(driver, []).append(
+                    ClaimRef(claim_meta["namespace"], claim_meta["uid"], claim_meta["name"])
+                )
+        for driver, refs in by_driver.items():
+            response = await self.kubelet.prepare(driver, refs)
+            for ref in refs:
+                result = response.claims.get(ref.uid)
+                if result is None or result.error:
+                    record.error = result.error if result is not None else "no result"
+                    await self._report_failure(pod, ref.name, record.error)
+                    self.prepared[key] = record
+                    return
+                record.cdi_ids[ref.name] = [i for d in result.devices for i in d.cdi_device_ids]
+                record.prepared.setdefault(driver, []).append(ref)
+        for container, entries in container_claims(pod).items():
+            names = [record.claims[entry] for entry in entries if entry in record.claims]
+            record.containers[container] = [i for name in names for i in record.cdi_ids[name]]
+        self.prepared[key] = record
+        await self.client.patch(
+            f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
+            {"status": {"phase": "Running", "startTime": _now()}},
+        )
+
+    async def _stop_pod(self, key: str) -> None:
+        record = self.prepared.pop(key, None)
+        for driver, refs in (record.prepared if record else {}).items():
+            await self.kubelet.unprepare(driver, refs)
+
+    async def _report_failure(self, pod: Mapping[str, Any], claim: str, error: str) -> None:
+        metadata = pod["metadata"]
+        namespace = metadata["namespace"]
+        message = f"NodePrepareResources failed for ResourceClaim {claim}: {error}"
+        await self.client.create(
+            f"/api/v1/namespaces/{namespace}/events",
+            {
+                "metadata": {"generateName": f"{metadata['name']}."},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "namespace": namespace,
+                    "name": metadata["name"],
+                    "uid": metadata["uid"],
+                    "apiVersion": "v1",
+                },
+                "type": "Warning",
+                "reason": PREPARE_FAILED_REASON,
+                "message": message,
+                "source": {"component": "kubelet", "host": self.node},
+                "firstTimestamp": _now(),
+                "lastTimestamp": _now(),
+                "count": 1,
+            },
+        )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

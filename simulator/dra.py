@@ -1,0 +1,116 @@
+"""The DRA path, assembled: emulator, plugins per node, stand-ins, and the real controller.
+
+In the controller-allocated mode the plugins taint their devices so only the
+controller allocates them, the kube-scheduler stand-in places each pod on its
+claims' node and reserves them, and the kubelet stand-ins prepare the claims
+over the plugins' sockets. In the scheduler-allocated mode there is no
+controller and the kube-scheduler stand-in allocates from consumable capacity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config as sync_config
+from prometheus_client import CollectorRegistry
+
+from controller.controller import Controller
+from controller.metrics import ControllerMetrics
+from controller.settings import ControllerSettings
+from dra_driver.kube.events import EventRecorder, EventSettings
+from dra_driver.kube.rest import KubeClient
+from dra_driver.runtime import cancel_and_wait
+from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.claim_templates import ClaimTemplateController
+from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
+from simulator.deviceclasses import device_classes
+from simulator.nodes import SimNode, start_node, stop_nodes
+from simulator.settings import Mode, SimulationSettings
+
+SCHEDULER_POLL_S = 0.05
+SCHEDULER_INITIAL_BACKOFF_S = 0.1
+SCHEDULER_MAX_BACKOFF_S = 1.0
+CONTROLLER_RETRY_S = 0.2
+
+
+@dataclass
+class DraCluster:
+    """What is running; `nodes` in order, for the report."""
+
+    server: APIServer
+    client: KubeClient
+    nodes: list[SimNode] = field(default_factory=list)
+    controller: Controller | None = None
+
+
+@contextlib.asynccontextmanager
+async def dra_cluster(
+    settings: SimulationSettings, root: Path, on_step: Any = None
+) -> AsyncIterator[DraCluster]:
+    """Start everything, yield the running cluster, stop everything in reverse order."""
+    step = on_step or (lambda text: None)
+    async with APIServer() as server:
+        kubeconfig = server.write_kubeconfig(root / "kubeconfig")
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        cluster = DraCluster(server, client)
+        tasks: list[asyncio.Task[None]] = []
+        stop = asyncio.Event()
+        sync_client = sync_config.new_client_from_config(config_file=str(kubeconfig))
+        templates = ClaimTemplateController(client)
+        recorder: EventRecorder | None = None
+        try:
+            for device_class in device_classes():
+                await client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
+            controller_allocated = settings.mode is Mode.DRA
+            for index in range(settings.shape.nodes):
+                step(f"starting kubelet plugin on {settings.shape.node_name(index)}")
+                node = await start_node(
+                    client,
+                    settings.shape,
+                    index,
+                    root / settings.shape.node_name(index),
+                    controller_allocated=controller_allocated,
+                )
+                cluster.nodes.append(node)
+            await templates.start()
+            scheduler = DRAScheduler(
+                sync_client,
+                settings=SchedulerSettings(
+                    allocate=not controller_allocated,
+                    poll_interval=SCHEDULER_POLL_S,
+                    initial_backoff=SCHEDULER_INITIAL_BACKOFF_S,
+                    max_backoff=SCHEDULER_MAX_BACKOFF_S,
+                ),
+            )
+            tasks.append(asyncio.create_task(scheduler.run(stop), name="kube-scheduler"))
+            if controller_allocated:
+                step("starting the controller")
+                recorder = EventRecorder(client, EventSettings(component="vgpu-dra-controller"))
+                recorder.start()
+                cluster.controller = Controller(
+                    client,
+                    ControllerSettings(
+                        gpu_policy=settings.gpu_policy,
+                        node_policy=settings.node_policy,
+                        retry_initial_s=CONTROLLER_RETRY_S,
+                    ),
+                    ControllerMetrics(CollectorRegistry()),
+                    recorder,
+                )
+                tasks.append(asyncio.create_task(cluster.controller.run(), name="controller"))
+                await cluster.controller.ready.wait()
+            yield cluster
+        finally:
+            stop.set()
+            await cancel_and_wait(tasks)
+            if recorder is not None:
+                await recorder.aclose()
+            await templates.aclose()
+            await stop_nodes(cluster.nodes)
+            await client.aclose()
+            await asyncio.to_thread(sync_client.close)

@@ -1,0 +1,142 @@
+"""One emulated GPU node: a Node object, mock GPUs, and the real kubelet plugin serving it.
+
+Everything a node needs on its host lives under one temporary root: the mock
+GPU file, the libvgpu files `install-libvgpu` would have placed, the plugin's
+registration and DRA sockets, its checkpoint, and the CDI spec directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from prometheus_client import CollectorRegistry
+
+from dra_driver.kube.rest import KubeClient
+from dra_driver.sim.kubelet_dra import KubeletDRA, KubeletDRASettings
+from dra_driver.sim.kubelet_pods import KubeletPods
+from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
+from kubeletplugin.slices import SliceSettings, Taint
+from libvgpu.settings import LibvgpuPaths
+from simulator.settings import ClusterShape
+
+GPU_NODE_LABEL = "vgpu.hami.io/gpu-node"
+CONTROLLER_TAINT = Taint("vgpu.hami.io/allocation", "controller")
+GPUS_PER_NUMA_NODE = 2
+
+
+def mock_gpu_uuid(node_index: int, gpu_index: int) -> str:
+    """Stable, readable UUIDs: `GPU-5100e000-0000-4000-8000-<node><gpu>` (6 hex digits each)."""
+    return f"GPU-5100e000-0000-4000-8000-{node_index:06x}{gpu_index:06x}"
+
+
+def mock_gpu_file(shape: ClusterShape, node_index: int) -> dict[str, Any]:
+    return {
+        "gpus": [
+            {
+                "uuid": mock_gpu_uuid(node_index, index),
+                "index": index,
+                "productName": shape.gpu_product,
+                "memory": shape.gpu_memory_bytes,
+                "numa": index // GPUS_PER_NUMA_NODE,
+                "pciBusID": f"0000:{0x10 + index:02x}:00.0",
+            }
+            for index in range(shape.gpus_per_node)
+        ]
+    }
+
+
+def install_libvgpu_files(root: Path) -> LibvgpuPaths:
+    """What `dra-driver install-libvgpu` leaves on a host; the CDI specs mount these."""
+    vgpu = root / "vgpu"
+    vgpu.mkdir(parents=True, exist_ok=True)
+    (vgpu / "libvgpu.so").write_bytes(b"\x7fELF simulated libvgpu.so")
+    (vgpu / "ld.so.preload").write_text(f"{vgpu / 'libvgpu.so'}\n")
+    lock_dir = root / "vgpulock"
+    lock_dir.mkdir(exist_ok=True)
+    lock_dir.chmod(0o1777)
+    return LibvgpuPaths(
+        host_dir=str(vgpu),
+        container_library_path="/usr/local/vgpu/libvgpu.so",
+        cache_root=str(vgpu),
+        lock_dir=str(lock_dir),
+    )
+
+
+NODE_STATUS = {
+    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+    "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+    "capacity": {"cpu": "64", "memory": "512Gi", "pods": "110"},
+}
+"""What kubelet reports for a node; written through `nodes/status`, as kubelet does."""
+
+
+async def register_node(client: KubeClient, name: str) -> None:
+    await client.create(
+        "/api/v1/nodes", {"metadata": {"name": name, "labels": {GPU_NODE_LABEL: "true"}}}
+    )
+    await client.patch(f"/api/v1/nodes/{name}/status", {"status": NODE_STATUS})
+
+
+@dataclass
+class SimNode:
+    name: str
+    root: Path
+    settings: PluginSettings
+    plugin: KubeletPlugin
+    kubelet: KubeletDRA
+    pods: KubeletPods
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.settings.cdi_dir
+
+
+async def start_node(
+    client: KubeClient,
+    shape: ClusterShape,
+    index: int,
+    root: Path,
+    *,
+    controller_allocated: bool,
+) -> SimNode:
+    """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`."""
+    name = shape.node_name(index)
+    root.mkdir(parents=True)
+    (root / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(shape, index)))
+    (root / "boot_id").write_text(f"sim-boot-{index}\n")
+    settings = PluginSettings(
+        node_name=name,
+        slices=SliceSettings(
+            split_count=shape.split_count,
+            allocation_taint=CONTROLLER_TAINT if controller_allocated else None,
+        ),
+        registry_dir=root / "registry",
+        plugin_dir=root / "plugin",
+        cdi_dir=root / "cdi",
+        boot_id_file=root / "boot_id",
+        mock_gpus=root / "gpus.yaml",
+        libvgpu=install_libvgpu_files(root),
+    )
+    await register_node(client, name)
+    plugin = KubeletPlugin(settings, client, open_backend(settings), CollectorRegistry())
+    await plugin.start()
+    kubelet = KubeletDRA(KubeletDRASettings(name, settings.registry_dir), None)
+    await kubelet.start()
+    await kubelet.wait_registered(settings.driver)
+    pods = KubeletPods(client, kubelet, name)
+    await pods.start()
+    return SimNode(name, root, settings, plugin, kubelet, pods)
+
+
+async def stop_nodes(nodes: Sequence[SimNode]) -> None:
+    """Every kubelet first, then every plugin: a plugin's server waits at shutdown for
+    the loop's open gRPC calls, including other nodes' health streams."""
+    for node in nodes:
+        await node.pods.aclose()
+        await node.kubelet.aclose()
+    for node in nodes:
+        await node.plugin.aclose()

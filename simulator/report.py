@@ -1,0 +1,145 @@
+"""What the simulation shows: who holds which share, what each container gets, what did not fit."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cdi.resolve import SpecDevice, index_devices, resolve_container
+from dra_driver.status.model import ClusterStatus, camel_case_keys
+from dra_driver.status.render import gpu_table, pending_table
+
+SHOWN_ENV_PREFIXES = (
+    "CUDA_DEVICE_MEMORY_LIMIT",
+    "CUDA_DEVICE_SM_LIMIT",
+    "NVIDIA_VISIBLE_DEVICES",
+    "CUDA_TASK_PRIORITY",
+)
+"""The limits a container gets; the full env and mounts are in `-o json`."""
+
+
+@dataclass
+class ContainerReport:
+    cdi_devices: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    mounts: dict[str, str] = field(default_factory=dict)
+    """Container path -> host path."""
+
+
+@dataclass
+class PodReport:
+    namespace: str
+    name: str
+    node: str
+    phase: str
+    claims: dict[str, str] = field(default_factory=dict)
+    spec_files: list[str] = field(default_factory=list)
+    containers: dict[str, ContainerReport] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass
+class SimulationReport:
+    mode: str
+    status: ClusterStatus
+    pods: list[PodReport]
+    elapsed_s: float
+
+    @property
+    def running(self) -> list[PodReport]:
+        return [pod for pod in self.pods if pod.phase == "Running"]
+
+    @property
+    def refused(self) -> list[PodReport]:
+        return [pod for pod in self.pods if pod.phase != "Running"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "elapsedSeconds": round(self.elapsed_s, 3),
+            **self.status.to_dict(),
+            "pods": [
+                {
+                    **camel_case_keys({k: v for k, v in asdict(pod).items() if k != "containers"}),
+                    # Container names and env var names are data, not field names.
+                    "containers": {
+                        name: camel_case_keys(asdict(container))
+                        for name, container in pod.containers.items()
+                    },
+                }
+                for pod in self.pods
+            ],
+        }
+
+
+def load_specs(spec_dirs: Iterable[Path]) -> dict[str, SpecDevice]:
+    """Every CDI device in the dirs (later dirs win, as for the runtime)."""
+    specs = []
+    for directory in spec_dirs:
+        for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+            specs.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+    return index_devices(specs)
+
+
+def container_report(cdi_ids: Sequence[str], registry: Mapping[str, SpecDevice]) -> ContainerReport:
+    if not cdi_ids:
+        return ContainerReport()
+    edits = resolve_container(cdi_ids, registry)
+    return ContainerReport(
+        cdi_devices=list(cdi_ids),
+        env=dict(sorted(edits.env.items())),
+        mounts={target: mount.host_path for target, mount in edits.mounts.items()},
+    )
+
+
+def spec_files(cdi_ids: Iterable[str], registry: Mapping[str, SpecDevice]) -> list[str]:
+    return sorted({registry[i].source for i in cdi_ids if i in registry})
+
+
+def render_report(report: SimulationReport, console: Console) -> None:
+    console.print(gpu_table(report.status))
+    pods = Table(title="Pods and what their containers get", expand=False)
+    for column in ("pod", "node", "container", "CDI devices", "limits (env; all of it in -o json)"):
+        pods.add_column(column, overflow="fold")
+    for pod in report.running:
+        for name, container in pod.containers.items():
+            env = "\n".join(
+                f"{key}={value}"
+                for key, value in container.env.items()
+                if key.startswith(SHOWN_ENV_PREFIXES)
+            )
+            pods.add_row(
+                f"{pod.namespace}/{pod.name}",
+                pod.node,
+                name,
+                "\n".join(container.cdi_devices) or "-",
+                env or "-",
+            )
+    console.print(pods)
+    if report.running:
+        files = Table(title="CDI spec files written", expand=False)
+        files.add_column("pod")
+        files.add_column("spec file", overflow="fold")
+        for pod in report.running:
+            for path in pod.spec_files:
+                files.add_row(f"{pod.namespace}/{pod.name}", path)
+        console.print(files)
+    if report.status.pending:
+        console.print(pending_table(report.status))
+    if report.refused:
+        refused = Table(title="Pods that did not start", expand=False)
+        for column in ("pod", "phase", "why (as events show it)"):
+            refused.add_column(column, overflow="fold")
+        for pod in report.refused:
+            refused.add_row(f"{pod.namespace}/{pod.name}", pod.phase, pod.reason or "-")
+        console.print(refused)
+    console.print(
+        f"{len(report.running)} pod(s) running, {len(report.refused)} not started, "
+        f"in {report.elapsed_s:.1f} s ({report.mode} mode)"
+    )

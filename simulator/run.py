@@ -1,0 +1,176 @@
+"""`dra-driver simulate`: start, apply, wait until each pod runs or is refused, report.
+
+Progress goes to stderr so `-o json` on stdout stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from dra_driver.kube.rest import KubeClient
+from dra_driver.sim.kubelet_pods import pod_claim_names
+from dra_driver.status.command import StatusSettings, fetch_status
+from dra_driver.status.model import newest_warning
+from simulator.dra import DraCluster, dra_cluster
+from simulator.report import (
+    PodReport,
+    SimulationReport,
+    container_report,
+    load_specs,
+    render_report,
+    spec_files,
+)
+from simulator.settings import Mode, SimulationSettings
+from simulator.workloads import Workload, apply_workloads, load_workloads
+
+SETTLE_POLL_S = 0.1
+PIPED_WIDTH = 160
+
+
+def _reason(pod: Mapping[str, Any], claims: Sequence[str], events: list[dict[str, Any]]) -> str:
+    namespace = pod["metadata"]["namespace"]
+    reason = newest_warning(events, "Pod", namespace, {pod["metadata"]["name"]})
+    reason = reason or newest_warning(events, "ResourceClaim", namespace, set(claims))
+    if reason:
+        return reason
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason', '')}: {condition.get('message', '')}"
+    return ""
+
+
+def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
+    """Running, or refused: a reason and no allocated claim (an allocated one is on its way)."""
+    return (pod.get("status") or {}).get("phase") == "Running" or (bool(reason) and not allocated)
+
+
+async def _pods_and_reasons(
+    client: KubeClient, names: set[tuple[str, str]]
+) -> list[tuple[dict[str, Any], str, bool]]:
+    """Each pod, why it waits (if it does), and whether any of its claims is allocated."""
+    pods = (await client.list("/api/v1/pods")).get("items") or []
+    events = (await client.list("/api/v1/events")).get("items") or []
+    claims = (await client.list("/apis/resource.k8s.io/v1/resourceclaims")).get("items") or []
+    allocated = {
+        (c["metadata"]["namespace"], c["metadata"]["name"])
+        for c in claims
+        if (c.get("status") or {}).get("allocation")
+    }
+    view = []
+    for pod in pods:
+        namespace = pod["metadata"]["namespace"]
+        if (namespace, pod["metadata"]["name"]) not in names:
+            continue
+        claim_names = [c for c in pod_claim_names(pod).values() if c]
+        any_allocated = any((namespace, name) in allocated for name in claim_names)
+        view.append((pod, _reason(pod, claim_names, events), any_allocated))
+    return view
+
+
+async def wait_settled(
+    client: KubeClient, names: set[tuple[str, str]], timeout_s: float, on_progress: Any
+) -> list[tuple[dict[str, Any], str]]:
+    """Until every pod runs or has a reason not to, or the timeout; the last view either way."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        view = await _pods_and_reasons(client, names)
+        settled = sum(_settled(*entry) for entry in view)
+        on_progress(settled, len(names))
+        if settled == len(names) or time.monotonic() >= deadline:
+            return [(pod, reason) for pod, reason, _ in view]
+        await asyncio.sleep(SETTLE_POLL_S)
+
+
+def pod_report(
+    cluster: DraCluster, pod: Mapping[str, Any], reason: str, registry: Mapping[str, Any]
+) -> PodReport:
+    metadata, spec = pod["metadata"], pod.get("spec") or {}
+    key = f"{metadata['namespace']}/{metadata['name']}"
+    node = spec.get("nodeName") or ""
+    phase = (pod.get("status") or {}).get("phase") or "Pending"
+    report = PodReport(metadata["namespace"], metadata["name"], node, phase, reason=reason)
+    prepared = next((n.pods.prepared.get(key) for n in cluster.nodes if n.name == node), None)
+    if prepared is None:
+        report.claims = {k: v for k, v in pod_claim_names(pod).items() if v}
+        return report
+    report.claims = dict(prepared.claims)
+    if prepared.error:
+        report.reason = report.reason or prepared.error
+        return report
+    report.containers = {
+        name: container_report(ids, registry) for name, ids in prepared.containers.items()
+    }
+    report.spec_files = spec_files((i for ids in prepared.cdi_ids.values() for i in ids), registry)
+    return report
+
+
+async def simulate(
+    settings: SimulationSettings, workloads: list[Workload], progress: Any
+) -> SimulationReport:
+    started = time.monotonic()
+    task = progress.add_task("starting", total=None)
+
+    def step(text: str) -> None:
+        progress.update(task, description=text)
+
+    root = Path(tempfile.mkdtemp(prefix="vgpu-sim-", dir="/tmp"))
+    try:
+        async with dra_cluster(settings, root, step) as cluster:
+            step(f"applying {len(workloads)} objects")
+            await apply_workloads(cluster.client, workloads, settings.namespace)
+            names = {
+                (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"
+            }
+
+            def on_progress(done: int, total: int) -> None:
+                progress.update(task, description=f"pods settled {done}/{total}")
+
+            view = await wait_settled(cluster.client, names, settings.settle_timeout_s, on_progress)
+            step("reading the result")
+            registry = load_specs(node.cdi_dir for node in cluster.nodes)
+            pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
+            status = await fetch_status(cluster.client, StatusSettings())
+        return SimulationReport(
+            settings.mode.value,
+            status,
+            sorted(pods, key=lambda p: (p.namespace, p.name)),
+            time.monotonic() - started,
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_simulation(settings: SimulationSettings, output: str) -> int:
+    """Exit status: 0 when every pod started or was refused with a reason, 1 otherwise."""
+    if settings.mode is Mode.LEGACY:
+        from simulator.legacy import run_legacy_simulation
+
+        return run_legacy_simulation(settings, output)
+    workloads = load_workloads(settings.workload_files())
+    errors = Console(file=sys.stderr)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=True,
+    ) as progress:
+        report = asyncio.run(simulate(settings, workloads, progress))
+    if output == "json":
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        width = None if sys.stdout.isatty() else PIPED_WIDTH
+        render_report(report, Console(file=sys.stdout, width=width))
+    unexplained = [pod for pod in report.refused if not pod.reason]
+    return 1 if unexplained else 0
