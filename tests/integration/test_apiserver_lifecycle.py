@@ -82,7 +82,8 @@ def test_delete_preconditions_conflict(core: client.CoreV1Api, ns: str) -> None:
             core.delete_namespaced_config_map("pre", ns, body={"preconditions": preconditions})
         status = json.loads(error.value.body)
         assert (status["code"], status["reason"]) == (409, "Conflict")
-        assert "Precondition failed" in status["message"]
+        assert status["message"].startswith('Operation cannot be fulfilled on ConfigMap "pre": ')
+        assert "does not match the" in status["message"]
     core.delete_namespaced_config_map(
         "pre", ns, body={"preconditions": {"uid": created.metadata.uid}}
     )
@@ -130,7 +131,11 @@ def test_orphan_policy_keeps_dependents_without_the_reference(
     core.create_namespaced_config_map(
         ns, {"metadata": {"name": "kept", "ownerReferences": [_owner_ref(owner)]}}
     )
-    core.delete_namespaced_config_map("owner", ns, propagation_policy="Orphan")
+    since = core.list_namespaced_config_map(ns).metadata.resource_version
+    held = core.delete_namespaced_config_map("owner", ns, propagation_policy="Orphan")
+    assert held["metadata"]["finalizers"] == ["orphan"]
+    assert held["metadata"]["deletionTimestamp"]
+    _events_until(core.list_namespaced_config_map, since, _deleted("owner"), ns)
     kept = core.read_namespaced_config_map("kept", ns)
     assert kept.metadata.owner_references is None
 

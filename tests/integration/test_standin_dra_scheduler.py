@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from node_readiness import wait_schedulable
 
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.dra_scheduler import (
@@ -124,6 +125,7 @@ async def setup(
     core = client.CoreV1Api(api)
     for body in (node("node-a"), node("node-b")):
         await call(core.create_node, body)
+        await asyncio.to_thread(wait_schedulable, api, body["metadata"]["name"])
     await create_claim(api, f"{pod_body['metadata']['name']}-claim", allocated)
     await call(core.create_namespaced_pod, NAMESPACE, pod_body)
 

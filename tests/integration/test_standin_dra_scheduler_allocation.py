@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config, watch
+from node_readiness import wait_schedulable
 
 from api.quantity import parse_quantity
 from dra_driver.dra_cel import CelEvaluationError
@@ -80,6 +81,7 @@ async def add_node(
         "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}},
     }
     created = await call(core.create_node, body)
+    await asyncio.to_thread(wait_schedulable, api, name)
     slices = build_resource_slices(
         name,
         created["metadata"]["uid"],
@@ -187,6 +189,7 @@ async def test_claims_share_a_device_until_its_capacity_runs_out(api: client.Api
     await add_node(api, "node-a")
     core = client.CoreV1Api(api)
     await call(core.create_node, {"metadata": {"name": "node-b"}})
+    await asyncio.to_thread(wait_schedulable, api, "node-b")
     scheduler = DRAScheduler(api, settings=ALLOCATING)
     for name, memory in (("first", "40Gi"), ("second", "30Gi"), ("third", "20Gi")):
         await add_pod(api, name, request(**capacity(memory=memory)))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .conversion import PRESENTERS
 from .errors import (
     STALE,
     ApiError,
@@ -28,12 +29,14 @@ from .errors import (
     gone,
     invalid_object,
     not_found,
+    not_supported,
 )
+from .nodes import taint_new_node
 from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from .registry import ResourceType
 from .rules import binding_node
 from .selectors import FieldTerm, Requirement, fields_match, labels_match
-from .store import ADDED, DELETED, MODIFIED, Storage, owner_uids
+from .store import ADDED, DELETED, MODIFIED, ObjectKey, Storage, owner_uids
 from .validation import validate_metadata
 
 JSON_PATCH = "application/json-patch+json"
@@ -45,7 +48,11 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     STRATEGIC_PATCH: strategic_merge_patch,
 }
 FOREGROUND = "foregroundDeletion"
-POLICIES = ("Orphan", "Background", "Foreground")
+ORPHAN = "orphan"
+POLICIES = ("Foreground", "Background", "Orphan")
+DELETE_OPTIONS = Target("meta.k8s.io", "deleteoptions", "DeleteOptions")
+_USER_META = ("labels", "annotations", "finalizers", "ownerReferences")
+_OMITTED_WHEN_EMPTY = ("data", "binaryData")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SERVER_META = (
     "uid",
@@ -76,23 +83,95 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
 
+def _same(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj
+
+
+def _omit_empty_maps(obj: dict[str, Any]) -> None:
+    """Go's `omitempty` drops empty maps: the real server never answers `labels: {}`."""
+    meta = obj["metadata"]
+    for key in ("labels", "annotations"):
+        if meta.get(key) == {}:
+            del meta[key]
+    for key in _OMITTED_WHEN_EMPTY:
+        if obj.get(key) == {}:
+            del obj[key]
+
+
+def _resource_version(text: str, what: str = "resourceVersion") -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise bad_request(f'{what}: Invalid value: "{text}": must be an integer') from error
+    if value < 0:
+        raise bad_request(f'{what}: Invalid value: "{text}": must not be negative')
+    return value
+
+
+def check_delete_options(options: dict[str, Any]) -> None:
+    """Refuse options the real server refuses before it looks the object up."""
+    policy = options.get("propagationPolicy")
+    if policy is not None and policy not in POLICIES:
+        raise invalid_object(
+            DELETE_OPTIONS, [not_supported("propagationPolicy", policy, list(POLICIES))]
+        )
+
+
+def check_dry_run(values: list[str], options_kind: str) -> bool:
+    """`dryRun=All` or nothing: True when the request must not be stored."""
+    if any(v != "All" for v in values):
+        target_ = Target("meta.k8s.io", options_kind.lower(), options_kind)
+        raise invalid_object(target_, [not_supported("dryRun", values, ["All"])])
+    return bool(values)
+
+
 class Cluster:
     """The object API the HTTP layer calls; `schedule` runs controller work after the response."""
 
     def __init__(self, storage: Storage, schedule: Callable[[Callable[[], None]], Any]) -> None:
         self.storage = storage
-        self._schedule = schedule
+        self._schedule_now = schedule
         self._namespaces = storage.registry.get("", "v1", "namespaces")
+        self._nodes = storage.registry.get("", "v1", "nodes")
         self._terminating: set[str] = set()
+        # Set by the HTTP layer around one `dryRun=All` call: validate, answer, store nothing.
+        self.dry_run = False
         storage.on_removed = self._removed
 
+    def _schedule(self, callback: Callable[[], None]) -> None:
+        if not self.dry_run:
+            self._schedule_now(callback)
+
+    def _commit(
+        self,
+        resource: ResourceType,
+        obj: dict[str, Any],
+        old: dict[str, Any] | None,
+        event_type: str,
+    ) -> dict[str, Any]:
+        _omit_empty_maps(obj)
+        if self.dry_run:
+            if old is not None:
+                obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+            return obj
+        return self.storage.commit(resource, obj, old, event_type)
+
     # ---- reads -----------------------------------------------------------------
+
+    @staticmethod
+    def present(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        """The object as `resource`'s API version shows it (differs only for shared stores)."""
+        presenter = PRESENTERS.get(resource.key)
+        return obj if presenter is None else presenter(obj)
+
+    def exists(self, resource: ResourceType, namespace: str, name: str) -> bool:
+        return self.storage.get(resource, namespace, name) is not None
 
     def get(self, resource: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         obj = self.storage.get(resource, namespace, name)
         if obj is None:
             raise not_found(target(resource, name))
-        return obj
+        return self.present(resource, obj)
 
     def list(
         self,
@@ -102,33 +181,39 @@ class Cluster:
         fields: tuple[FieldTerm, ...],
         limit: int = 0,
         token: str = "",
+        version: str = "",
+        match: str = "",
     ) -> dict[str, Any]:
+        """A list as of one resourceVersion: every page of a paginated walk shows the same
+        snapshot, rebuilt from the watch history (410 once that history is compacted)."""
         bucket = self.storage.bucket(resource)
-        start = ""
-        if token:
-            list_rv, start = self._decode_continue(token)
-            if list_rv < bucket.floor:
-                raise gone(_EXPIRED_CONTINUE)
+        bucket.compact()
+        objects, list_rv, start = self._list_source(resource, token, version, match)
+        if version == "0" and not token:
+            limit = 0
         keys = sorted(
-            (k for k in bucket.objects if namespace is None or k[0] == namespace),
+            (k for k in objects if namespace is None or k[0] == namespace),
             key=lambda k: f"{k[0]}/{k[1]}",
         )
+        present = PRESENTERS.get(resource.key)
         items: list[dict[str, Any]] = []
-        meta: dict[str, Any] = {"resourceVersion": str(self.storage.rv)}
+        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
         matching = (
             obj
             for key in keys
             if f"{key[0]}/{key[1]}" > start
-            and labels_match(labels, obj := bucket.objects[key])
+            and labels_match(labels, obj := (present or _same)(objects[key]))
             and fields_match(fields, obj)
         )
         for obj in matching:
             if limit and len(items) == limit:
                 last = items[-1]["metadata"]
                 meta["continue"] = self._encode_continue(
-                    f"{last.get('namespace', '')}/{last['name']}"
+                    list_rv, f"{last.get('namespace', '')}/{last['name']}"
                 )
-                meta["remainingItemCount"] = 1 + sum(1 for _ in matching)
+                remaining = 1 + sum(1 for _ in matching)
+                if not labels and not fields:
+                    meta["remainingItemCount"] = remaining
                 break
             items.append(obj)
         return {
@@ -138,8 +223,56 @@ class Cluster:
             "items": items,
         }
 
-    def _encode_continue(self, start: str) -> str:
-        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": self.storage.rv, "start": start})
+    def _list_source(
+        self, resource: ResourceType, token: str, version: str, match: str
+    ) -> tuple[dict[ObjectKey, dict[str, Any]], int, str]:
+        """(objects, the list's resourceVersion, the key to continue after)."""
+        bucket = self.storage.bucket(resource)
+        if token:
+            if version:
+                raise bad_request("specifying resource version is not allowed when using continue")
+            list_rv, start = self._decode_continue(token)
+            snapshot = bucket.snapshot(list_rv) if list_rv <= self.storage.rv else None
+            if snapshot is None:
+                raise gone(_EXPIRED_CONTINUE)
+            return snapshot, list_rv, start
+        if match not in ("", "Exact", "NotOlderThan"):
+            raise bad_request(
+                f'resourceVersionMatch: Unsupported value: "{match}": '
+                'supported values: "Exact", "NotOlderThan"'
+            )
+        if match and not version:
+            raise bad_request(
+                "resourceVersionMatch is forbidden unless resourceVersion is provided"
+            )
+        if not version:
+            return bucket.objects, self.storage.rv, ""
+        wanted = _resource_version(version)
+        if wanted > self.storage.rv:
+            raise ApiError(
+                504,
+                f"Timeout: Too large resource version: {wanted}, current: {self.storage.rv}",
+                details={
+                    "causes": [
+                        {
+                            "reason": "ResourceVersionTooLarge",
+                            "message": "Too large resource version",
+                        }
+                    ],
+                    "retryAfterSeconds": 1,
+                },
+                retry_after=1,
+            )
+        if match != "Exact":
+            return bucket.objects, self.storage.rv, ""
+        snapshot = bucket.snapshot(wanted)
+        if snapshot is None:
+            raise gone("The resourceVersion for the provided list is too old.")
+        return snapshot, wanted, ""
+
+    @staticmethod
+    def _encode_continue(list_rv: int, start: str) -> str:
+        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv, "start": start})
         return base64.urlsafe_b64encode(raw.encode()).decode()
 
     @staticmethod
@@ -225,34 +358,45 @@ class Cluster:
             meta["generation"] = 1
         if resource.on_create is not None:
             resource.on_create(obj)
+        if resource is self._nodes:
+            taint_new_node(obj)
         if resource.normalize is not None:
             resource.normalize(obj, None)
         self._validate(resource, obj, None, status_only=False)
         if (meta.get("namespace", ""), meta["name"]) in bucket.objects:
             raise already_exists(target(resource, meta["name"]))
-        return self.storage.commit(resource, obj, None, ADDED)
+        return self._commit(resource, obj, None, ADDED)
 
     def _require_namespace(self, resource: ResourceType, namespace: str, name: str) -> None:
         found = self.storage.get(self._namespaces, "", namespace)
         if found is None:
             raise not_found(target(self._namespaces, namespace))
         if namespace in self._terminating:
+            details = target(resource, name).details(resource.plural)
+            details["causes"] = [
+                {
+                    "reason": "NamespaceTerminating",
+                    "message": f"namespace {namespace} is being terminated",
+                    "field": "metadata.namespace",
+                }
+            ]
             raise ApiError(
                 403,
                 f'{target(resource, name).qualified} "{name}" is forbidden: '
                 f"unable to create new content in namespace {namespace} "
                 "because it is being terminated",
-                details=target(resource, name).details(resource.plural),
+                details=details,
             )
 
     def update(
         self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
     ) -> dict[str, Any]:
-        old = self.storage.get(resource, namespace, name)
-        if old is None:
+        stored = self.storage.get(resource, namespace, name)
+        if stored is None:
             if resource.create_on_update and not subresource:
                 return self.create(resource, namespace, body)
             raise not_found(target(resource, name))
+        old = self.present(resource, stored)
         obj = self._check_type(resource, body)
         meta = obj["metadata"]
         if meta.get("name") not in (None, name):
@@ -275,6 +419,12 @@ class Cluster:
         if subresource == "status":
             new = dict(old)
             new["metadata"] = dict(old_meta)
+            if not resource.status_keeps_metadata:
+                for key in _USER_META:
+                    if key in obj["metadata"]:
+                        new["metadata"][key] = obj["metadata"][key]
+                    else:
+                        new["metadata"].pop(key, None)
             if obj.get("status") is None:
                 new.pop("status", None)
             else:
@@ -303,8 +453,8 @@ class Cluster:
             return old
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self.storage.commit(resource, new, old, DELETED)
-        return self.storage.commit(resource, new, old, MODIFIED)
+            return self._commit(resource, new, old, DELETED)
+        return self._commit(resource, new, old, MODIFIED)
 
     def patch(
         self,
@@ -360,60 +510,70 @@ class Cluster:
         )
         status["conditions"] = conditions
         new["status"] = status
-        self.storage.commit(pods, new, old, MODIFIED)
+        self._commit(pods, new, old, MODIFIED)
 
     # ---- deletion, finalizers, garbage collection ------------------------------
 
     def delete(
         self, resource: ResourceType, namespace: str, name: str, options: dict[str, Any]
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], bool]:
+        """(the object as last stored, True when it is gone now rather than terminating)."""
+        check_delete_options(options)
         old = self.get(resource, namespace, name)
         meta = old["metadata"]
-        preconditions = options.get("preconditions") or {}
-        if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
-            raise conflict(
-                target(resource, name),
-                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                f"UID in object meta: {meta['uid']}",
-            )
-        if (
-            preconditions.get("resourceVersion")
-            and preconditions["resourceVersion"] != meta["resourceVersion"]
-        ):
-            raise conflict(
-                target(resource, name),
-                "Precondition failed: ResourceVersion in precondition: "
-                f"{preconditions['resourceVersion']}, "
-                f"ResourceVersion in object meta: {meta['resourceVersion']}",
-            )
+        self._check_preconditions(resource, meta, options.get("preconditions") or {})
         policy = options.get("propagationPolicy") or "Background"
-        if policy not in POLICIES:
-            raise bad_request(f"propagationPolicy: Unsupported value: {policy!r}")
         if resource is self._namespaces:
-            return self._terminate_namespace(old)
+            return self._terminate_namespace(old), False
         grace = options.get("gracePeriodSeconds")
         if resource.graceful_deletion and self._runs_on_node(old):
             if grace is None:
                 grace = (old.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
             if grace > 0:
                 if meta.get("deletionTimestamp"):
-                    return old
-                return self._mark_deleting(resource, old, grace, [])
-        if policy == "Orphan":
-            self._orphan(meta["uid"])
+                    return old, False
+                return self._mark_deleting(resource, old, grace, []), False
+        finalizers = meta.get("finalizers") or []
         added = []
-        if (
+        if policy == "Orphan" and ORPHAN not in finalizers:
+            added = [ORPHAN]
+            self._schedule(functools.partial(self._finish_orphaning, meta["uid"]))
+        elif (
             policy == "Foreground"
             and self.storage.dependents.get(meta["uid"])
-            and FOREGROUND not in (meta.get("finalizers") or [])
+            and FOREGROUND not in finalizers
         ):
             added = [FOREGROUND]
-            self._schedule(lambda: self._collect(meta["uid"], "Foreground"))
-        if meta.get("finalizers") or added:
+            self._schedule(functools.partial(self._collect, meta["uid"], "Foreground"))
+        if finalizers or added:
             if meta.get("deletionTimestamp") and not added:
-                return old
-            return self._mark_deleting(resource, old, 0, added)
-        return self._remove(resource, old)
+                return old, False
+            return self._mark_deleting(resource, old, 0, added), False
+        return self._remove(resource, old), True
+
+    @staticmethod
+    def _check_preconditions(
+        resource: ResourceType, meta: dict[str, Any], preconditions: dict[str, Any]
+    ) -> None:
+        subject = f'Operation cannot be fulfilled on {resource.kind} "{meta["name"]}"'
+        details = target(resource, meta["name"]).details(resource.plural)
+        uid = preconditions.get("uid")
+        if uid and uid != meta["uid"]:
+            raise ApiError(
+                409,
+                f"{subject}: the UID in the precondition ({uid}) does not match the UID in "
+                f"record ({meta['uid']}). The object might have been deleted and then recreated",
+                details=details,
+            )
+        version = preconditions.get("resourceVersion")
+        if version and version != meta["resourceVersion"]:
+            raise ApiError(
+                409,
+                f"{subject}: the ResourceVersion in the precondition ({version}) does not match "
+                f"the ResourceVersion in record ({meta['resourceVersion']}). "
+                "The object might have been modified",
+                details=details,
+            )
 
     @staticmethod
     def _runs_on_node(pod: dict[str, Any]) -> bool:
@@ -432,12 +592,16 @@ class Cluster:
         meta["deletionGracePeriodSeconds"] = grace
         if finalizers:
             meta["finalizers"] = [*(meta.get("finalizers") or []), *finalizers]
-        return self.storage.commit(resource, new, old, MODIFIED)
+        return self._commit(resource, new, old, MODIFIED)
 
     def _remove(self, resource: ResourceType, old: dict[str, Any]) -> dict[str, Any]:
         new = dict(old)
         new["metadata"] = dict(old["metadata"])
-        return self.storage.commit(resource, new, old, DELETED)
+        if resource.graceful_deletion:
+            # Pods answer a delete with the pod itself, stamped as deleted now.
+            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+        return self._commit(resource, new, old, DELETED)
 
     def delete_collection(
         self,
@@ -446,15 +610,48 @@ class Cluster:
         labels: tuple[Requirement, ...],
         fields: tuple[FieldTerm, ...],
         options: dict[str, Any],
-    ) -> None:
-        for obj in self.list(resource, namespace, labels, fields)["items"]:
+    ) -> dict[str, Any]:
+        """Delete every match; the answer lists them as the single deletes left them."""
+        check_delete_options(options)
+        listed = self.list(resource, namespace, labels, fields)
+        deleted = []
+        for obj in listed["items"]:
             meta = obj["metadata"]
-            if self.storage.get(resource, meta.get("namespace", ""), meta["name"]) is obj:
-                self.delete(resource, meta.get("namespace", ""), meta["name"], options)
+            current = self.storage.get(resource, meta.get("namespace", ""), meta["name"])
+            if current is not None and current["metadata"]["uid"] == meta["uid"]:
+                last, _ = self.delete(resource, meta.get("namespace", ""), meta["name"], options)
+                deleted.append(last)
+        return {**listed, "metadata": {"resourceVersion": str(self.storage.rv)}, "items": deleted}
+
+    def evict(self, namespace: str, name: str) -> None:
+        """The eviction subresource without disruption budgets: a plain pod delete."""
+        pods = self.storage.registry.get("", "v1", "pods")
+        self.delete(pods, namespace, name, {})
 
     def _orphan(self, owner_uid: str) -> None:
         for uid in list(self.storage.dependents.get(owner_uid, ())):
             self._drop_owner(uid, owner_uid)
+
+    def _finish_orphaning(self, owner_uid: str) -> None:
+        """The garbage collector's part of an Orphan delete: release, then let the owner go."""
+        self._orphan(owner_uid)
+        self._drop_finalizer(owner_uid, ORPHAN)
+
+    def _drop_finalizer(self, uid: str, finalizer: str) -> None:
+        found = self.storage.get_by_uid(uid)
+        if found is None:
+            return
+        resource, old = found
+        finalizers = old["metadata"].get("finalizers") or []
+        if finalizer not in finalizers:
+            return
+        new = dict(old)
+        meta = new["metadata"] = dict(old["metadata"])
+        meta["finalizers"] = [f for f in finalizers if f != finalizer]
+        if not meta["finalizers"]:
+            del meta["finalizers"]
+        deleting = meta.get("deletionTimestamp") and not meta.get("finalizers")
+        self._commit(resource, new, old, DELETED if deleting else MODIFIED)
 
     def _drop_owner(self, uid: str, owner_uid: str) -> None:
         found = self.storage.get_by_uid(uid)
@@ -468,7 +665,7 @@ class Cluster:
         ]
         if not meta["ownerReferences"]:
             del meta["ownerReferences"]
-        self.storage.commit(resource, new, old, MODIFIED)
+        self._commit(resource, new, old, MODIFIED)
 
     def _removed(self, resource: ResourceType, obj: dict[str, Any]) -> None:
         uid = obj["metadata"]["uid"]
@@ -479,6 +676,24 @@ class Cluster:
         namespace = obj["metadata"].get("namespace")
         if namespace in self._terminating:
             self._schedule(lambda: self._finish_namespace(namespace))
+
+    def collect_dangling(self, uid: str) -> None:
+        """The garbage collector for an object whose owners may never have existed."""
+        found = self.storage.get_by_uid(uid)
+        if found is None:
+            return
+        resource, obj = found
+        owners = owner_uids(obj)
+        missing = {o for o in owners if self.storage.get_by_uid(o) is None}
+        if not missing:
+            return
+        meta = obj["metadata"]
+        if missing == owners:
+            if not meta.get("deletionTimestamp"):
+                self.delete(resource, meta.get("namespace", ""), meta["name"], {})
+            return
+        for owner in missing:
+            self._drop_owner(uid, owner)
 
     def _collect(self, owner_uid: str, policy: str) -> None:
         """The garbage collector: delete dependents whose owners are all gone."""
@@ -515,27 +730,17 @@ class Cluster:
             self.storage.dependents.pop(owner_uid, None)
 
     def _release_foreground(self, owner_uid: str) -> None:
-        found = self.storage.get_by_uid(owner_uid)
-        if found is None or self.storage.dependents.get(owner_uid):
+        if self.storage.dependents.get(owner_uid):
             return
-        resource, old = found
-        finalizers = old["metadata"].get("finalizers") or []
-        if FOREGROUND not in finalizers:
-            return
-        new = dict(old)
-        new["metadata"] = {
-            **old["metadata"],
-            "finalizers": [f for f in finalizers if f != FOREGROUND],
-        }
-        event = DELETED if not new["metadata"]["finalizers"] else MODIFIED
-        self.storage.commit(resource, new, old, event)
+        self._drop_finalizer(owner_uid, FOREGROUND)
+
+    # ---- namespaces ----------------------------------------------------------------
 
     def _terminate_namespace(self, old: dict[str, Any]) -> dict[str, Any]:
         """The namespace controller: mark Terminating, empty the namespace, then remove it."""
         name = old["metadata"]["name"]
         if name in self._terminating:
             return old
-        self._terminating.add(name)
         new = dict(old)
         new["metadata"] = {
             **old["metadata"],
@@ -543,12 +748,14 @@ class Cluster:
             "deletionGracePeriodSeconds": 0,
         }
         new["status"] = {**(old.get("status") or {}), "phase": "Terminating"}
-        committed = self.storage.commit(self._namespaces, new, old, MODIFIED)
+        committed = self._commit(self._namespaces, new, old, MODIFIED)
+        if not self.dry_run:
+            self._terminating.add(name)
         self._schedule(lambda: self._purge_namespace(name))
         return committed
 
     def _purge_namespace(self, name: str) -> None:
-        for bucket in self.storage.buckets.values():
+        for bucket in {id(b): b for b in self.storage.buckets.values()}.values():
             if not bucket.resource.namespaced:
                 continue
             for key in [k for k in bucket.objects if k[0] == name]:
@@ -558,12 +765,45 @@ class Cluster:
         self._finish_namespace(name)
 
     def _finish_namespace(self, name: str) -> None:
+        """Once empty: drop the `kubernetes` finalizer; the namespace goes when none is left."""
         if name not in self._terminating:
             return
         for bucket in self.storage.buckets.values():
             if bucket.resource.namespaced and any(k[0] == name for k in bucket.objects):
                 return
         old = self.storage.get(self._namespaces, "", name)
+        if old is None:
+            self._terminating.discard(name)
+            return
+        spec_finalizers = (old.get("spec") or {}).get("finalizers") or []
+        if "kubernetes" in spec_finalizers:
+            new = dict(old)
+            new["metadata"] = dict(old["metadata"])
+            new["spec"] = {
+                **old["spec"],
+                "finalizers": [f for f in spec_finalizers if f != "kubernetes"],
+            }
+            if not new["spec"]["finalizers"]:
+                del new["spec"]["finalizers"]
+            old = self._commit(self._namespaces, new, old, MODIFIED)
+        if (old.get("spec") or {}).get("finalizers") or old["metadata"].get("finalizers"):
+            return
         self._terminating.discard(name)
-        if old is not None and not old["metadata"].get("finalizers"):
-            self._remove(self._namespaces, old)
+        self._remove(self._namespaces, old)
+
+    def finalize_namespace(self, name: str, body: Any) -> dict[str, Any]:
+        """PUT namespaces/{name}/finalize: only `spec.finalizers` of the body is taken."""
+        old = self.get(self._namespaces, "", name)
+        obj = self._check_type(self._namespaces, body)
+        finalizers = (obj.get("spec") or {}).get("finalizers") or []
+        new = dict(old)
+        new["metadata"] = dict(old["metadata"])
+        spec = {k: v for k, v in (old.get("spec") or {}).items() if k != "finalizers"}
+        if finalizers:
+            spec["finalizers"] = list(finalizers)
+        new["spec"] = spec
+        if new == old:
+            return old
+        committed = self._commit(self._namespaces, new, old, MODIFIED)
+        self._schedule(lambda: self._finish_namespace(name))
+        return committed

@@ -107,15 +107,18 @@ def _merge_map(original: dict[str, Any], patch: Any) -> Any:
 
 
 def _merge_list(key: str, original: Any, patch: list[Any]) -> list[Any]:
+    """New items go before the existing ones, as on the real server (finalizers `[b]` onto
+    `[a]` give `[b, a]`); items already there are merged in place."""
     current = original if isinstance(original, list) else []
     if key in SET_LISTS:
-        return current + [item for item in patch if item not in current]
+        return [item for item in patch if item not in current] + current
     merge_key = MERGE_KEYS.get(key)
     if merge_key is None or not all(isinstance(item, dict) for item in patch):
         return _strip(patch)
     if any(item.get("$patch") == "replace" for item in patch):
         return [_strip(item) for item in patch if item.get("$patch") != "replace"]
     result = list(current)
+    added: list[Any] = []
     for item in patch:
         if merge_key not in item:
             raise PatchError(f"map: {item} does not contain declared merge key: {merge_key}", 400)
@@ -131,10 +134,10 @@ def _merge_list(key: str, original: Any, patch: list[Any]) -> list[Any]:
             if index is not None:
                 del result[index]
         elif index is None:
-            result.append(_strip(item))
+            added.append(_strip(item))
         else:
             result[index] = _merge_map(result[index], item)
-    return result
+    return added + result
 
 
 def _pointer(path: str) -> list[str]:

@@ -55,6 +55,8 @@ class ResourceType:
     tracks_generation: bool = True
     create_on_update: bool = False
     graceful_deletion: bool = False
+    status_keeps_metadata: bool = False
+    """A status write ignores metadata (only resourceclaims/status does, reference §9)."""
     selectable: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -124,7 +126,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "namespaces",
         "Namespace",
         False,
-        STATUS,
+        frozenset({"status", "finalize"}),
         ("ns",),
         frozenset({"status.phase"}),
         dns_label,
@@ -148,7 +150,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "pods",
         "Pod",
         True,
-        frozenset({"status", "binding"}),
+        frozenset({"status", "binding", "eviction"}),
         ("po",),
         POD_FIELDS,
         validate=validate_pod,
@@ -220,7 +222,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "resourceslices",
         "ResourceSlice",
         False,
-        fields=frozenset({"spec.nodeName", "spec.driver", "spec.pool.name"}),
+        fields=frozenset({"spec.nodeName", "spec.driver"}),
         validate=validate_resource_slice,
         normalize=normalize_resource_slice,
     ),
@@ -235,6 +237,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         validate_status=validate_claim_status,
         on_create=empty_status,
         normalize=normalize_resource_claim,
+        status_keeps_metadata=True,
     ),
     ResourceType(
         "resource.k8s.io",

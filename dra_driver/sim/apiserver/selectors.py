@@ -134,8 +134,11 @@ class FieldTerm:
     get: FieldGetter
 
 
-def parse_field_selector(text: str, supported: frozenset[str]) -> tuple[FieldTerm, ...]:
-    """`path=value`, `path==value`, `path!=value` terms over the paths a resource supports."""
+def parse_field_selector(
+    text: str, supported: frozenset[str], subject: str = ""
+) -> tuple[FieldTerm, ...]:
+    """`path=value`, `path==value`, `path!=value` terms over the paths a resource supports;
+    `subject` (` for <group/version>, Kind=<kind>`) names the type as the real server does."""
     if not text.strip():
         return ()
     out = []
@@ -148,7 +151,7 @@ def parse_field_selector(text: str, supported: frozenset[str]) -> tuple[FieldTer
         equal = op != "!="
         path = path.strip()
         if path not in supported:
-            raise SelectorError(f"field label not supported: {path}")
+            raise SelectorError(f"field label not supported{subject}: {path}")
         out.append(FieldTerm(path, equal, value.strip(), field_getter(path)))
     return tuple(out)
 

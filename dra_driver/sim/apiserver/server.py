@@ -13,6 +13,9 @@ import asyncio
 import json
 import re
 import socket
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -21,17 +24,19 @@ import yaml
 from aiohttp import web
 
 from . import discovery
-from .cluster import Cluster
+from .cluster import Cluster, check_delete_options, check_dry_run
+from .controllers import Controllers
+from .conversion import PRESENTERS
 from .errors import ApiError, bad_request, method_not_allowed
 from .faults import FaultInjector
 from .registry import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import APIServerSettings
-from .store import Storage, Watcher
+from .store import Bucket, Storage, Watcher
 
 _TRUE = ("1", "true", "True")
 _JSON = "application/json"
-_SUCCESS_BINDING = {
+_CREATED = {
     "kind": "Status",
     "apiVersion": "v1",
     "metadata": {},
@@ -55,6 +60,22 @@ def _error_response(error: ApiError) -> web.Response:
     )
 
 
+def _deleted_status(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """The answer to a delete that removed the object at once (pods answer the pod)."""
+    details: dict[str, Any] = {"name": obj["metadata"]["name"]}
+    if resource.group:
+        details["group"] = resource.group
+    details["kind"] = resource.plural
+    details["uid"] = obj["metadata"]["uid"]
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
+
+
 def _bookmark(resource: ResourceType, rv: int) -> dict[str, Any]:
     return {
         "kind": resource.kind,
@@ -74,6 +95,7 @@ class APIServer:
         self.faults = FaultInjector()
         self._storage: Storage | None = None
         self._cluster: Cluster | None = None
+        self._controllers: Controllers | None = None
         self._runner: web.AppRunner | None = None
         self._port = 0
 
@@ -83,12 +105,17 @@ class APIServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._storage = Storage(self.registry, self.settings.watch_history)
+        self._storage = Storage(
+            self.registry, self.settings.watch_history, self.settings.watch_history_s
+        )
         self._cluster = Cluster(self._storage, loop.call_soon)
         namespaces = self.registry.get("", "v1", "namespaces")
         if namespaces is not None:
             for name in self.settings.namespaces:
                 self._cluster.create(namespaces, "", {"metadata": {"name": name}})
+        if self.settings.controllers:
+            self._controllers = Controllers(self._cluster, self.settings, loop)
+            self._controllers.start()
         self.faults.bind(loop, self._drop_watches)
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
@@ -101,6 +128,9 @@ class APIServer:
     async def aclose(self) -> None:
         if self._runner is None:
             return
+        if self._controllers is not None:
+            self._controllers.close()
+            self._controllers = None
         self._drop_watches(None)
         await self._runner.cleanup()
         self._runner = None
@@ -142,7 +172,7 @@ class APIServer:
         if self._storage is None:
             return 0
         dropped = 0
-        for bucket in self._storage.buckets.values():
+        for bucket in {id(b): b for b in self._storage.buckets.values()}.values():
             for watcher in list(bucket.watchers):
                 if pattern is None or pattern.search(watcher.path):
                     watcher.close()
@@ -250,12 +280,29 @@ class APIServer:
 
     @staticmethod
     def _selectors(resource: ResourceType, query: Any) -> tuple[Any, Any]:
+        subject = f" for {resource.group_version}, Kind={resource.kind}" if resource.group else ""
         try:
             labels = parse_label_selector(query.get("labelSelector", ""))
-            fields = parse_field_selector(query.get("fieldSelector", ""), resource.selectable)
+            fields = parse_field_selector(
+                query.get("fieldSelector", ""), resource.selectable, subject
+            )
         except SelectorError as error:
             raise bad_request(str(error)) from error
         return labels, fields
+
+    @contextmanager
+    def _dry_run(
+        self, request: web.Request, options_kind: str, extra: Any = None
+    ) -> Iterator[None]:
+        """Run the enclosed cluster call as `dryRun=All` when asked (one sync call: no await)."""
+        values = list(request.query.getall("dryRun", []))
+        if isinstance(extra, list):
+            values += [str(v) for v in extra]
+        self.cluster.dry_run = check_dry_run(values, options_kind)
+        try:
+            yield
+        finally:
+            self.cluster.dry_run = False
 
     async def _collection(
         self, request: web.Request, resource: ResourceType, namespace: str | None
@@ -272,21 +319,31 @@ class APIServer:
                 raise bad_request(f"invalid limit: {query.get('limit')}") from error
             return _json_response(
                 self.cluster.list(
-                    resource, namespace, labels, fields, limit, query.get("continue", "")
+                    resource,
+                    namespace,
+                    labels,
+                    fields,
+                    limit,
+                    query.get("continue", ""),
+                    query.get("resourceVersion", ""),
+                    query.get("resourceVersionMatch", ""),
                 )
             )
         if method == "POST":
             if resource.namespaced and namespace is None:
                 raise method_not_allowed(method)
             body = await self._body(request)
-            return _json_response(self.cluster.create(resource, namespace or "", body), 201)
+            with self._dry_run(request, "CreateOptions"):
+                created = self.cluster.create(resource, namespace or "", body)
+            return _json_response(created, 201)
         if method == "DELETE":
             labels, fields = self._selectors(resource, query)
             options = await self._delete_options(request)
-            self.cluster.delete_collection(resource, namespace, labels, fields, options)
-            return _json_response(
-                {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"}
-            )
+            with self._dry_run(request, "DeleteOptions", options.get("dryRun")):
+                deleted = self.cluster.delete_collection(
+                    resource, namespace, labels, fields, options
+                )
+            return _json_response(deleted)
         raise method_not_allowed(method)
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -302,6 +359,7 @@ class APIServer:
                 raise bad_request("gracePeriodSeconds must be an integer") from error
         if options.get("orphanDependents") is not None and "propagationPolicy" not in options:
             options["propagationPolicy"] = "Orphan" if options["orphanDependents"] else "Background"
+        check_delete_options(options)
         return options
 
     async def _item(
@@ -314,24 +372,44 @@ class APIServer:
     ) -> web.StreamResponse:
         method = request.method
         cluster = self.cluster
-        if subresource == "binding":
+        if subresource in ("binding", "eviction"):
             if method != "POST":
                 raise method_not_allowed(method)
-            cluster.bind(namespace, name, await self._body(request))
-            return _json_response(_SUCCESS_BINDING, 201)
+            body = await self._body(request)
+            with self._dry_run(request, "CreateOptions"):
+                if subresource == "binding":
+                    cluster.bind(namespace, name, body)
+                else:
+                    cluster.evict(namespace, name)
+            return _json_response(_CREATED, 201)
+        if subresource == "finalize":
+            if method != "PUT":
+                raise method_not_allowed(method)
+            body = await self._body(request)
+            with self._dry_run(request, "UpdateOptions"):
+                return _json_response(cluster.finalize_namespace(name, body))
         if method == "GET":
             return _json_response(cluster.get(resource, namespace, name))
         if method == "PUT":
             body = await self._body(request)
-            return _json_response(cluster.update(resource, namespace, name, body, subresource))
+            creating = not subresource and not cluster.exists(resource, namespace, name)
+            with self._dry_run(request, "UpdateOptions"):
+                stored = cluster.update(resource, namespace, name, body, subresource)
+            return _json_response(stored, 201 if creating else 200)
         if method == "PATCH":
             body = await self._body(request)
-            return _json_response(
-                cluster.patch(resource, namespace, name, request.content_type, body, subresource)
-            )
+            with self._dry_run(request, "PatchOptions"):
+                patched = cluster.patch(
+                    resource, namespace, name, request.content_type, body, subresource
+                )
+            return _json_response(patched)
         if method == "DELETE" and not subresource:
             options = await self._delete_options(request)
-            return _json_response(cluster.delete(resource, namespace, name, options))
+            with self._dry_run(request, "DeleteOptions", options.get("dryRun")):
+                last, gone = cluster.delete(resource, namespace, name, options)
+            if gone and not resource.graceful_deletion:
+                return _json_response(_deleted_status(resource, last))
+            return _json_response(last)
         raise method_not_allowed(method)
 
     # ---- watch -----------------------------------------------------------------
@@ -353,9 +431,16 @@ class APIServer:
             raise bad_request(f"invalid watch parameter: {error}") from error
         bookmarks = query.get("allowWatchBookmarks") in _TRUE
         watcher = Watcher(
-            resource, namespace, labels, fields, self.settings.watcher_backlog, request.path_qs
+            resource,
+            namespace,
+            labels,
+            fields,
+            self.settings.watcher_backlog,
+            request.path_qs,
+            PRESENTERS.get(resource.key),
         )
         bucket = storage.bucket(resource)
+        bucket.compact()
         initial_events = query.get("sendInitialEvents") in _TRUE
         expired = since and since < bucket.floor and not initial_events
         if not expired:
@@ -380,25 +465,33 @@ class APIServer:
             await response.write(_dumps({"type": "ERROR", "object": status}) + b"\n")
             return response
         try:
-            await self._stream(response, watcher, resource, timeout_s, bookmarks)
+            await self._stream(response, watcher, bucket, timeout_s, bookmarks)
         except ConnectionResetError:
             return response
         finally:
             bucket.watchers.discard(watcher)
         return response
 
+    def _next_bookmark(self, now: float, deadline: float | None) -> float | None:
+        """Like the real watch cache: a heartbeat, but always before the watch's timeout;
+        None when that moment has passed (a watch shorter than the margin gets none)."""
+        at = now + self.settings.bookmark_interval_s
+        if deadline is not None:
+            at = min(at, deadline - self.settings.bookmark_before_timeout_s)
+        return at if at > now else None
+
     async def _stream(
         self,
         response: web.StreamResponse,
         watcher: Watcher,
-        resource: ResourceType,
+        bucket: Bucket,
         timeout_s: float | None,
         bookmarks: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         storage = self.cluster.storage
         deadline = loop.time() + timeout_s if timeout_s is not None else None
-        next_bookmark = loop.time() if bookmarks else None
+        next_bookmark = self._next_bookmark(loop.time(), deadline) if bookmarks else None
         while not watcher.closed:
             if watcher.pending:
                 lines = b"".join(watcher.pending)
@@ -409,11 +502,16 @@ class APIServer:
             if deadline is not None and now >= deadline:
                 return
             if next_bookmark is not None and now >= next_bookmark:
-                # Every event up to storage.rv is either written or filtered out:
-                # resuming from this version loses nothing.
-                mark = _bookmark(resource, storage.rv)
-                await response.write(_dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
-                next_bookmark = loop.time() + self.settings.bookmark_interval_s
+                # Only a type with recent changes gets one. Every event up to storage.rv is
+                # either written or filtered out: resuming from this version loses nothing.
+                last = bucket.last_event_at()
+                if (
+                    last is not None
+                    and time.monotonic() - last <= self.settings.bookmark_interval_s
+                ):
+                    mark = _bookmark(watcher.resource, storage.rv)
+                    await response.write(_dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
+                next_bookmark = self._next_bookmark(loop.time(), deadline)
                 continue
             watcher.ready.clear()
             wakeups = [t for t in (deadline, next_bookmark) if t is not None]

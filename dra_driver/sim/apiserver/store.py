@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .conversion import SHARED_STORES
 from .registry import Registry, ResourceType
 from .selectors import FieldTerm, Requirement, fields_match, labels_match
 
 ObjectKey = tuple[str, str]  # (namespace or "", name)
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+Presenter = Callable[[dict[str, Any]], dict[str, Any]]
+CommitListener = Callable[[ResourceType, "WatchEvent"], None]
 
 
 def _encode(event_type: str, obj: Mapping[str, Any]) -> bytes:
@@ -30,7 +34,7 @@ def _encode(event_type: str, obj: Mapping[str, Any]) -> bytes:
 class WatchEvent:
     """One committed change; its wire line is encoded once and shared by every watcher."""
 
-    __slots__ = ("_line", "obj", "old", "rv", "type")
+    __slots__ = ("_line", "at", "obj", "old", "rv", "type")
 
     def __init__(
         self, rv: int, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None
@@ -39,6 +43,7 @@ class WatchEvent:
         self.type = event_type
         self.obj = obj
         self.old = old
+        self.at = time.monotonic()
         self._line: bytes | None = None
 
     @property
@@ -58,6 +63,7 @@ class Watcher:
     fields: tuple[FieldTerm, ...]
     limit: int
     path: str = ""
+    present: Presenter | None = None
     pending: deque[bytes] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     closed: bool = False
@@ -71,6 +77,8 @@ class Watcher:
 
     def line_for(self, event: WatchEvent) -> bytes | None:
         """The line this watcher sees: an update moving in/out of its filter is ADDED/DELETED."""
+        if self.present is not None:
+            return self._converted_line(event, self.present)
         now = self.matches(event.obj)
         if event.type != MODIFIED:
             return event.line if now else None
@@ -81,6 +89,21 @@ class Watcher:
             return _encode(ADDED, event.obj)
         if before:
             return _encode(DELETED, event.obj)
+        return None
+
+    def _converted_line(self, event: WatchEvent, present: Presenter) -> bytes | None:
+        """The same choice for a watcher of another API version of a shared store."""
+        obj = present(event.obj)
+        now = self.matches(obj)
+        before = event.type == MODIFIED and self.matches(
+            present(event.old) if event.old is not None else None
+        )
+        if now and (before or event.type != MODIFIED):
+            return _encode(event.type, obj)
+        if now:
+            return _encode(ADDED, obj)
+        if before:
+            return _encode(DELETED, obj)
         return None
 
     def offer(self, event: WatchEvent) -> bool:
@@ -103,20 +126,30 @@ class Watcher:
 class Bucket:
     """All objects of one resource type, its bounded event history and its watchers."""
 
-    __slots__ = ("floor", "history", "objects", "resource", "watchers")
+    __slots__ = ("floor", "history", "max_age_s", "objects", "resource", "watchers")
 
-    def __init__(self, resource: ResourceType, history_size: int) -> None:
+    def __init__(self, resource: ResourceType, history_size: int, max_age_s: float) -> None:
         self.resource = resource
         self.objects: dict[ObjectKey, dict[str, Any]] = {}
         self.history: deque[WatchEvent] = deque(maxlen=history_size)
+        self.max_age_s = max_age_s
         # Events at or below `floor` have left the history: older watches get 410.
         self.floor = 0
         self.watchers: set[Watcher] = set()
+
+    def compact(self) -> None:
+        """Forget events older than the history window, as etcd compaction does."""
+        oldest = time.monotonic() - self.max_age_s
+        history = self.history
+        while history and history[0].at < oldest:
+            self.floor = history.popleft().rv
 
     def record(self, event: WatchEvent) -> None:
         if len(self.history) == self.history.maxlen:
             self.floor = self.history[0].rv
         self.history.append(event)
+        if self.history[0].at < event.at - self.max_age_s:
+            self.compact()
         for watcher in list(self.watchers):
             if not watcher.offer(event):
                 self.watchers.discard(watcher)
@@ -128,6 +161,25 @@ class Bucket:
         for index in range(start, len(self.history)):
             yield self.history[index]
 
+    def last_event_at(self) -> float | None:
+        return self.history[-1].at if self.history else None
+
+    def snapshot(self, rv: int) -> dict[ObjectKey, dict[str, Any]] | None:
+        """The objects as they were at `rv`, undone from the history; None once compacted."""
+        if rv < self.floor:
+            return None
+        state = dict(self.objects)
+        for event in reversed(self.history):
+            if event.rv <= rv:
+                break
+            meta = event.obj["metadata"]
+            key = (meta.get("namespace", ""), meta["name"])
+            if event.type == ADDED or event.old is None:
+                state.pop(key, None)
+            else:
+                state[key] = event.old
+        return state
+
 
 def owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
     if obj is None:
@@ -138,13 +190,20 @@ def owner_uids(obj: Mapping[str, Any] | None) -> set[str]:
 class Storage:
     """The whole cluster state; `commit` is the only way anything changes."""
 
-    def __init__(self, registry: Registry, history_size: int) -> None:
+    def __init__(self, registry: Registry, history_size: int, history_s: float) -> None:
         self.registry = registry
         self.rv = 0
-        self.buckets = {r.key: Bucket(r, history_size) for r in registry.resources}
+        self.buckets: dict[tuple[str, str, str], Bucket] = {}
+        for resource in registry.resources:
+            shared = SHARED_STORES.get(resource.key)
+            if shared is not None and shared in self.buckets:
+                self.buckets[resource.key] = self.buckets[shared]
+            else:
+                self.buckets[resource.key] = Bucket(resource, history_size, history_s)
         self.by_uid: dict[str, tuple[ResourceType, ObjectKey]] = {}
         self.dependents: dict[str, set[str]] = {}
         self.on_removed: Callable[[ResourceType, dict[str, Any]], None] | None = None
+        self.listeners: list[CommitListener] = []
 
     def bucket(self, resource: ResourceType) -> Bucket:
         return self.buckets[resource.key]
@@ -186,7 +245,10 @@ class Storage:
             self.dependents.get(owner, set()).discard(uid)
         for owner in owners_now - owners_before:
             self.dependents.setdefault(owner, set()).add(uid)
-        bucket.record(WatchEvent(self.rv, event_type, obj, old))
+        event = WatchEvent(self.rv, event_type, obj, old)
+        bucket.record(event)
         if event_type == DELETED and self.on_removed is not None:
             self.on_removed(resource, obj)
+        for listener in self.listeners:
+            listener(bucket.resource, event)
         return obj
