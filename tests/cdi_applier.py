@@ -1,16 +1,14 @@
 """A small CDI applier: what a container runtime does with the CDI ids kubelet
 hands it, so tests see the container a spec would really give.
 
-It follows the reference Go library containerd and CRI-O use
-(tags.cncf.io/container-device-interface, `pkg/cdi`): specs are loaded from
-every `*.json` / `*.yaml` in the spec dirs (a later dir wins a name both
-define); each qualified id resolves to one device; the spec-wide edits of a
-spec are appended once, when its first device is met, and each device's own
-edits after them; then the merged edits are applied in order: env by key,
-last value wins in the first key's place; device nodes and mounts by
-container path, last one wins. Every device node is `lstat`ed on the host
-(`failed to stat CDI host device`) and must be a char, block or FIFO node;
-every bind-mount source must exist, as runc requires at container start.
+Specs are loaded from every `*.json` / `*.yaml` in the spec dirs (a later dir
+wins a name both define), as the reference Go library containerd and CRI-O
+use does (tags.cncf.io/container-device-interface, `pkg/cdi`); ids are
+resolved and edits merged by `cdi.resolve`, the same code the simulator
+shows. Then the host is checked as the runtime checks it: every device node
+is `lstat`ed (`failed to stat CDI host device`) and must be a char, block or
+FIFO node, and every bind-mount source must exist, as runc requires at
+container start.
 """
 
 from __future__ import annotations
@@ -19,42 +17,27 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from cdi.resolve import (
+    ResolvedEdits,
+    SpecDevice,
+    UnresolvableDeviceError,
+    index_devices,
+    merge_edits,
+    qualified_id,
+    resolve_container,
+)
 
 SPEC_SUFFIXES = (".json", ".yaml")
 
 
 class CdiApplyError(Exception):
     """What the runtime would refuse, in its words where it has them."""
-
-
-@dataclass(frozen=True)
-class AppliedMount:
-    host_path: str
-    options: tuple[str, ...]
-
-
-@dataclass
-class AppliedContainer:
-    """The parts of the OCI spec that CDI edits."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    device_nodes: dict[str, str] = field(default_factory=dict)
-    """Container path -> host path."""
-    mounts: dict[str, AppliedMount] = field(default_factory=dict)
-    """Container path -> source."""
-
-
-@dataclass(frozen=True)
-class _Resolved:
-    spec_path: Path
-    spec: Mapping[str, Any]
-    device: Mapping[str, Any]
 
 
 def read_spec(path: Path) -> dict[str, Any]:
@@ -66,26 +49,24 @@ def is_spec_file(path: Path) -> bool:
     return path.suffix in SPEC_SUFFIXES and path.is_file()
 
 
-def qualified_ids(spec: Mapping[str, Any]) -> list[str]:
-    return [f"{spec['kind']}={device['name']}" for device in spec.get("devices") or []]
-
-
-def _registry(spec_dirs: Sequence[Path]) -> dict[str, _Resolved]:
-    registry: dict[str, _Resolved] = {}
+def load_specs(spec_dirs: Sequence[Path]) -> dict[str, SpecDevice]:
+    """Every device of every spec file, by qualified id; a later dir wins, while
+    two files of one dir defining the same device is a conflict."""
+    loaded: list[tuple[str, Mapping[str, Any]]] = []
     for directory in spec_dirs:
-        in_this_dir: dict[str, Path] = {}
+        in_this_dir: dict[str, str] = {}
         paths = sorted(directory.iterdir()) if directory.is_dir() else []
         for path in filter(is_spec_file, paths):
             spec = read_spec(path)
             for device in spec.get("devices") or []:
-                qualified = f"{spec['kind']}={device['name']}"
-                if qualified in in_this_dir:
+                name = qualified_id(spec, device)
+                if name in in_this_dir:
                     raise CdiApplyError(
-                        f"conflicting device {qualified} (specs {in_this_dir[qualified]}, {path})"
+                        f"conflicting device {name} (specs {in_this_dir[name]}, {path})"
                     )
-                in_this_dir[qualified] = path
-                registry[qualified] = _Resolved(path, spec, device)
-    return registry
+                in_this_dir[name] = str(path)
+            loaded.append((str(path), spec))
+    return index_devices(loaded)
 
 
 def _is_device_node(path: str) -> bool:
@@ -93,56 +74,36 @@ def _is_device_node(path: str) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode)
 
 
-def _apply(edits: Iterable[Mapping[str, Any]], container: AppliedContainer) -> None:
-    merged: list[Mapping[str, Any]] = list(edits)
-    for entry in (e for edit in merged for e in edit.get("env") or []):
-        key, _, value = entry.partition("=")
-        container.env[key] = value
-    for node in (n for edit in merged for n in edit.get("deviceNodes") or []):
-        host = node.get("hostPath") or node["path"]
+def check_host(edits: ResolvedEdits) -> ResolvedEdits:
+    """What the runtime and runc look for on the host before the container starts."""
+    for host in edits.device_nodes.values():
         try:
             if not _is_device_node(host):
                 raise CdiApplyError(f'failed to stat CDI host device "{host}": not a device node')
         except OSError as error:
             raise CdiApplyError(f'failed to stat CDI host device "{host}": {error}') from None
-        container.device_nodes.pop(node["path"], None)
-        container.device_nodes[node["path"]] = host
-    for mount in (m for edit in merged for m in edit.get("mounts") or []):
-        container.mounts.pop(mount["containerPath"], None)
-        container.mounts[mount["containerPath"]] = AppliedMount(
-            mount["hostPath"], tuple(mount.get("options") or ())
-        )
-    for target, mount in container.mounts.items():
+    for target, mount in edits.mounts.items():
         if not os.path.exists(mount.host_path):
             raise CdiApplyError(
                 f"error mounting {mount.host_path!r} to rootfs at {target!r}: "
                 "no such file or directory"
             )
+    return edits
 
 
-def apply_devices(qualified: Sequence[str], spec_dirs: Sequence[Path]) -> AppliedContainer:
+def apply_devices(qualified: Sequence[str], spec_dirs: Sequence[Path]) -> ResolvedEdits:
     """Inject the devices into an empty container, as the runtime would."""
-    registry = _registry(spec_dirs)
-    unresolved = [name for name in qualified if name not in registry]
-    if unresolved:
-        raise CdiApplyError(f"unresolvable CDI devices {', '.join(unresolved)}")
-    edits: list[Mapping[str, Any]] = []
-    specs_seen: set[Path] = set()
-    for name in qualified:
-        resolved = registry[name]
-        if resolved.spec_path not in specs_seen:
-            specs_seen.add(resolved.spec_path)
-            edits.append(resolved.spec.get("containerEdits") or {})
-        edits.append(resolved.device.get("containerEdits") or {})
-    container = AppliedContainer()
-    _apply(edits, container)
-    return container
+    try:
+        edits = resolve_container(qualified, load_specs(spec_dirs))
+    except UnresolvableDeviceError as error:
+        raise CdiApplyError(error.reason) from None
+    return check_host(edits)
 
 
 def apply_each_device(spec: Mapping[str, Any]) -> None:
     """Inject each device of one spec alone (its spec-wide edits, then its own)."""
     for device in spec.get("devices") or []:
-        _apply([spec.get("containerEdits") or {}, device["containerEdits"]], AppliedContainer())
+        check_host(merge_edits([spec.get("containerEdits") or {}, device["containerEdits"]]))
 
 
 class SpecWriteWatch:
