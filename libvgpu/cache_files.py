@@ -4,6 +4,8 @@ The watcher adds and drops paths; a scrape reads every known file afresh (see
 `region_reader`: nothing stays open or mapped between scrapes, so a file that
 is replaced, truncated or deleted meanwhile costs at most its own series).
 A file that cannot be read stays known and is read again on the next scrape.
+A file whose bytes are the same as at the last scrape is not decoded again:
+the snapshot decoded then is reused (an idle container costs one copy).
 
 Trouble is logged once per change, not once per scrape: the first time a file
 fails, and again only when its reason changes or after it read cleanly. A
@@ -17,7 +19,14 @@ import threading
 from dataclasses import dataclass
 
 from libvgpu.cache_paths import CacheFileKey
-from libvgpu.region_reader import RegionNotReadyError, RegionReadError, RegionSnapshot, read_region
+from libvgpu.region_reader import (
+    RegionBytes,
+    RegionNotReadyError,
+    RegionReadError,
+    RegionSnapshot,
+    decode_region,
+    read_region_bytes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +44,8 @@ class CacheFiles:
         self._keys: dict[str, CacheFileKey] = {}
         self._problems: dict[str, str] = {}
         """Path -> the reason last logged for it; absent while the file reads cleanly."""
+        self._decoded: dict[str, tuple[RegionBytes, RegionSnapshot]] = {}
+        """Path -> its bytes at the last clean read and the snapshot decoded from them."""
 
     def paths(self) -> frozenset[str]:
         with self._lock:
@@ -49,7 +60,7 @@ class CacheFiles:
 
     def discard(self, path: str) -> bool:
         with self._lock:
-            self._problems.pop(path, None)
+            self._forget(path)
             return self._keys.pop(path, None) is not None
 
     def discard_under(self, directory: str) -> bool:
@@ -58,7 +69,7 @@ class CacheFiles:
             gone = [path for path in self._keys if path.startswith(prefix)]
             for path in gone:
                 del self._keys[path]
-                self._problems.pop(path, None)
+                self._forget(path)
             return bool(gone)
 
     def read_all(self) -> list[CacheReading]:
@@ -68,7 +79,7 @@ class CacheFiles:
         readings = []
         for path, key in known:
             try:
-                snapshot = read_region(path)
+                snapshot = self._read(path)
             except RegionReadError as error:
                 level = logging.INFO if isinstance(error, RegionNotReadyError) else logging.WARNING
                 self._report(path, error.reason, level)
@@ -78,6 +89,21 @@ class CacheFiles:
                 self._cleared(path)
                 readings.append(CacheReading(path, key, snapshot))
         return readings
+
+    def _read(self, path: str) -> RegionSnapshot:
+        raw = read_region_bytes(path)
+        previous = self._decoded.get(path)
+        if previous is not None and previous[0] == raw:
+            return previous[1]
+        snapshot = decode_region(raw)
+        with self._lock:
+            if path in self._keys:
+                self._decoded[path] = (raw, snapshot)
+        return snapshot
+
+    def _forget(self, path: str) -> None:
+        self._problems.pop(path, None)
+        self._decoded.pop(path, None)
 
     def _report(self, path: str, reason: str, level: int) -> None:
         with self._lock:
@@ -96,3 +122,4 @@ class CacheFiles:
         with self._lock:
             self._keys.clear()
             self._problems.clear()
+            self._decoded.clear()

@@ -3,8 +3,9 @@
 prometheus_client builds a Metric and a Sample object per series and escapes
 every label of every sample again on output; with hundreds of cache files and
 a dozen families that dominated a scrape. Here a series' label set is escaped
-and joined once, shared by every family it appears in, and each sample is a
-single string format. Pure: no I/O, no prometheus_client.
+and joined once, shared by every family it appears in, each sample is a
+single string format, and the caller may keep the lines it rendered. Pure:
+no I/O, no prometheus_client.
 """
 
 from __future__ import annotations
@@ -42,24 +43,10 @@ def format_value(value: float) -> str:
     return repr(value)
 
 
-class GaugeFamily:
-    """One metric family's header and samples, in the order they were added."""
-
-    def __init__(self, name: str, documentation: str) -> None:
-        self.name = name
-        self._header = f"# HELP {name} {escape_help(documentation)}\n# TYPE {name} gauge\n"
-        self._lines: list[str] = []
-
-    def add(self, labels: str, value: float) -> None:
-        """`labels` is a `label_set` string, shared across families."""
-        self._lines.append(f"{self.name}{labels} {format_value(value)}\n")
-
-    def __len__(self) -> int:
-        return len(self._lines)
-
-    def render(self) -> str:
-        return self._header + "".join(self._lines)
+def gauge_header(name: str, documentation: str) -> str:
+    return f"# HELP {name} {escape_help(documentation)}\n# TYPE {name} gauge\n"
 
 
-def render_families(families: Sequence[GaugeFamily]) -> str:
-    return "".join(family.render() for family in families)
+def sample(name: str, labels: str, value: float) -> str:
+    """One sample line; `labels` is a `label_set` string, shareable across families."""
+    return f"{name}{labels} {format_value(value)}\n"

@@ -5,6 +5,10 @@ known cache files and the host backend. Every series carries HAMi's const
 label `zone="vGPU"`; container series also carry `claim_uid` (empty for legacy
 containers), which keeps the series of two claims in one pod apart.
 
+A file's lines are kept between scrapes and reused while its snapshot is the
+very object `CacheFiles` handed out last time (its bytes did not change), its
+owners are the same and its last-kernel age is the same whole second.
+
 Where HAMi's `cmd/vGPUmonitor/metrics.go` decides a value, so do we:
 - host series need a node name; without one HAMi exports none, nor do we;
 - `hami_container_last_kernel_elapsed_seconds` is whole seconds,
@@ -21,13 +25,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from enum import IntEnum
 
 from libvgpu.cache_files import CacheFiles, CacheReading
-from libvgpu.exposition import GaugeFamily, label_set, render_families
+from libvgpu.exposition import gauge_header, label_set, sample
 from libvgpu.host_gpus import HostGpu, HostGpuBackend
 from libvgpu.owners import Owner, OwnerResolver
-from libvgpu.region_reader import DeviceUsage
+from libvgpu.region_reader import DeviceUsage, RegionSnapshot
 
 ZONE = "vGPU"
 HOST_LABELS = ("zone", "node", "device_index", "device_uuid", "device_type")
@@ -56,85 +61,114 @@ _UINT64 = 1 << 64
 _INT64_MAX = (1 << 63) - 1
 
 
-@dataclass
-class _Families:
-    host_memory: GaugeFamily
-    host_utilization: GaugeFamily
-    host_memory_controller: GaugeFamily
-    used: GaugeFamily
-    limit: GaugeFamily
-    container_memory: GaugeFamily
-    container_utilization: GaugeFamily
-    last_kernel: GaugeFamily
-    context: GaugeFamily
-    module: GaugeFamily
-    buffer: GaugeFamily
-    legacy_host_memory: GaugeFamily
-    legacy_host_utilization: GaugeFamily
-    legacy_used: GaugeFamily
-    legacy_limit: GaugeFamily
-    legacy_memory_desc: GaugeFamily
-    legacy_utilization_desc: GaugeFamily
-    legacy_last_kernel: GaugeFamily
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str
+    documentation: str
+    legacy: bool = False
 
-    @classmethod
-    def new(cls) -> _Families:
-        return cls(
-            host_memory=GaugeFamily(
-                "hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes"
-            ),
-            host_utilization=GaugeFamily(
-                "hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)"
-            ),
-            host_memory_controller=GaugeFamily(
-                "hami_host_gpu_memory_controller_utilization_ratio",
-                "GPU memory controller utilization ratio (0-100)",
-            ),
-            used=GaugeFamily("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes"),
-            limit=GaugeFamily("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes"),
-            container_memory=GaugeFamily(
-                "hami_container_device_memory_bytes", "Container device memory usage in bytes"
-            ),
-            container_utilization=GaugeFamily(
-                "hami_container_device_utilization_ratio", "Container device SM utilization ratio"
-            ),
-            last_kernel=GaugeFamily(
-                "hami_container_last_kernel_elapsed_seconds",
-                "Seconds since last kernel execution in container",
-            ),
-            context=GaugeFamily(
-                "hami_vgpu_memory_context_bytes", "Container device memory context size in bytes"
-            ),
-            module=GaugeFamily(
-                "hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"
-            ),
-            buffer=GaugeFamily(
-                "hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"
-            ),
-            legacy_host_memory=GaugeFamily("HostGPUMemoryUsage", "GPU device memory usage"),
-            legacy_host_utilization=GaugeFamily("HostCoreUtilization", "GPU core utilization"),
-            legacy_used=GaugeFamily("vGPU_device_memory_usage_in_bytes", "vGPU device usage"),
-            legacy_limit=GaugeFamily("vGPU_device_memory_limit_in_bytes", "vGPU device limit"),
-            legacy_memory_desc=GaugeFamily(
-                "Device_memory_desc_of_container", "Container device memory description"
-            ),
-            legacy_utilization_desc=GaugeFamily(
-                "Device_utilization_desc_of_container", "Container device utilization description"
-            ),
-            legacy_last_kernel=GaugeFamily(
-                "Device_last_kernel_of_container", "Container device last kernel description"
-            ),
-        )
 
-    def render(self, legacy: bool) -> str:
-        """Every family, even one without samples; the `legacy_*` ones only when asked for."""
-        return render_families(
-            [
-                getattr(self, field.name)
-                for field in fields(self)
-                if legacy or not field.name.startswith("legacy_")
-            ]
-        )
+class Family(IntEnum):
+    """The families in exposition order; a member indexes per-family lists."""
+
+    HOST_MEMORY = 0
+    HOST_UTILIZATION = 1
+    HOST_MEMORY_CONTROLLER = 2
+    USED = 3
+    LIMIT = 4
+    CONTAINER_MEMORY = 5
+    CONTAINER_UTILIZATION = 6
+    LAST_KERNEL = 7
+    CONTEXT = 8
+    MODULE = 9
+    BUFFER = 10
+    LEGACY_HOST_MEMORY = 11
+    LEGACY_HOST_UTILIZATION = 12
+    LEGACY_USED = 13
+    LEGACY_LIMIT = 14
+    LEGACY_MEMORY_DESC = 15
+    LEGACY_UTILIZATION_DESC = 16
+    LEGACY_LAST_KERNEL = 17
+
+
+FAMILIES: dict[Family, FamilySpec] = {
+    Family.HOST_MEMORY: FamilySpec(
+        "hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes"
+    ),
+    Family.HOST_UTILIZATION: FamilySpec(
+        "hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)"
+    ),
+    Family.HOST_MEMORY_CONTROLLER: FamilySpec(
+        "hami_host_gpu_memory_controller_utilization_ratio",
+        "GPU memory controller utilization ratio (0-100)",
+    ),
+    Family.USED: FamilySpec("hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes"),
+    Family.LIMIT: FamilySpec("hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes"),
+    Family.CONTAINER_MEMORY: FamilySpec(
+        "hami_container_device_memory_bytes", "Container device memory usage in bytes"
+    ),
+    Family.CONTAINER_UTILIZATION: FamilySpec(
+        "hami_container_device_utilization_ratio", "Container device SM utilization ratio"
+    ),
+    Family.LAST_KERNEL: FamilySpec(
+        "hami_container_last_kernel_elapsed_seconds",
+        "Seconds since last kernel execution in container",
+    ),
+    Family.CONTEXT: FamilySpec(
+        "hami_vgpu_memory_context_bytes", "Container device memory context size in bytes"
+    ),
+    Family.MODULE: FamilySpec(
+        "hami_vgpu_memory_module_bytes", "Container device memory module size in bytes"
+    ),
+    Family.BUFFER: FamilySpec(
+        "hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes"
+    ),
+    Family.LEGACY_HOST_MEMORY: FamilySpec(
+        "HostGPUMemoryUsage", "GPU device memory usage", legacy=True
+    ),
+    Family.LEGACY_HOST_UTILIZATION: FamilySpec(
+        "HostCoreUtilization", "GPU core utilization", legacy=True
+    ),
+    Family.LEGACY_USED: FamilySpec(
+        "vGPU_device_memory_usage_in_bytes", "vGPU device usage", legacy=True
+    ),
+    Family.LEGACY_LIMIT: FamilySpec(
+        "vGPU_device_memory_limit_in_bytes", "vGPU device limit", legacy=True
+    ),
+    Family.LEGACY_MEMORY_DESC: FamilySpec(
+        "Device_memory_desc_of_container", "Container device memory description", legacy=True
+    ),
+    Family.LEGACY_UTILIZATION_DESC: FamilySpec(
+        "Device_utilization_desc_of_container",
+        "Container device utilization description",
+        legacy=True,
+    ),
+    Family.LEGACY_LAST_KERNEL: FamilySpec(
+        "Device_last_kernel_of_container", "Container device last kernel description", legacy=True
+    ),
+}
+assert list(FAMILIES) == list(Family)
+_HEADERS = tuple(gauge_header(spec.name, spec.documentation) for spec in FAMILIES.values())
+
+
+class _Lines:
+    """Sample lines by family, appended in order."""
+
+    def __init__(self) -> None:
+        self.by_family: list[list[str]] = [[] for _ in FAMILIES]
+
+    def add(self, family: Family, labels: str, value: float) -> None:
+        self.by_family[family].append(sample(FAMILIES[family].name, labels, value))
+
+
+@dataclass(frozen=True)
+class _FileText:
+    """One cache file's rendered lines and what they were rendered from."""
+
+    snapshot: RegionSnapshot
+    owners: tuple[Owner, ...]
+    elapsed: int | None
+    by_family: tuple[str, ...]
 
 
 def last_kernel_elapsed(last_kernel_time: int, now: float) -> int | None:
@@ -149,7 +183,11 @@ def last_kernel_elapsed(last_kernel_time: int, now: float) -> int | None:
 
 
 class VgpuMetrics:
-    """Renders every series for one scrape; `legacy_metrics` adds HAMi's pre-v2.9 names."""
+    """Renders every series for one scrape; `legacy_metrics` adds HAMi's pre-v2.9 names.
+
+    `render` may run in several threads at once: each builds its own text, and
+    the per-file cache is replaced whole at the end.
+    """
 
     def __init__(
         self,
@@ -167,40 +205,71 @@ class VgpuMetrics:
         self._node = node_name
         self._legacy = legacy_metrics
         self._clock = clock
+        self._texts: dict[str, _FileText] = {}
 
     def render(self) -> str:
-        families = _Families.new()
+        host = _Lines()
         if self._node:
             for gpu in self._host.read():
-                self._add_host(families, gpu)
+                self._add_host(host, gpu)
+        sections = [["".join(lines)] for lines in host.by_family]
         now = self._clock()
+        previous, texts = self._texts, {}
         for reading in self._files.read_all():
-            for owner in self._resolver.owners_of(reading.key):
-                for device in reading.snapshot.devices:
-                    if device.uuid:
-                        self._add_device(families, reading, owner, device, now)
-        return families.render(self._legacy)
+            owners = tuple(self._resolver.owners_of(reading.key))
+            if not owners:
+                continue
+            elapsed = last_kernel_elapsed(reading.snapshot.last_kernel_time, now)
+            text = previous.get(reading.path)
+            if (
+                text is None
+                or text.snapshot is not reading.snapshot
+                or text.owners != owners
+                or text.elapsed != elapsed
+            ):
+                text = self._render_file(reading, owners, elapsed)
+            texts[reading.path] = text
+            for section, chunk in zip(sections, text.by_family, strict=True):
+                section.append(chunk)
+        self._texts = texts
+        return "".join(
+            _HEADERS[family] + "".join(sections[family])
+            for family in Family
+            if self._legacy or not FAMILIES[family].legacy
+        )
 
-    def _add_host(self, families: _Families, gpu: HostGpu) -> None:
+    def _add_host(self, lines: _Lines, gpu: HostGpu) -> None:
         device = (str(gpu.index), gpu.uuid, gpu.device_type)
         labels = label_set(HOST_LABELS, (ZONE, self._node, *device))
-        families.host_memory.add(labels, gpu.memory_used_bytes)
-        families.host_utilization.add(labels, gpu.utilization_percent)
-        families.host_memory_controller.add(
-            label_set(MEMORY_CONTROLLER_LABELS, (ZONE, *device)), gpu.memory_utilization_percent
+        lines.add(Family.HOST_MEMORY, labels, gpu.memory_used_bytes)
+        lines.add(Family.HOST_UTILIZATION, labels, gpu.utilization_percent)
+        lines.add(
+            Family.HOST_MEMORY_CONTROLLER,
+            label_set(MEMORY_CONTROLLER_LABELS, (ZONE, *device)),
+            gpu.memory_utilization_percent,
         )
         if self._legacy:
             legacy = label_set(LEGACY_HOST_LABELS, (ZONE, self._node, *device))
-            families.legacy_host_memory.add(legacy, gpu.memory_used_bytes)
-            families.legacy_host_utilization.add(legacy, gpu.utilization_percent)
+            lines.add(Family.LEGACY_HOST_MEMORY, legacy, gpu.memory_used_bytes)
+            lines.add(Family.LEGACY_HOST_UTILIZATION, legacy, gpu.utilization_percent)
+
+    def _render_file(
+        self, reading: CacheReading, owners: tuple[Owner, ...], elapsed: int | None
+    ) -> _FileText:
+        lines = _Lines()
+        for owner in owners:
+            for device in reading.snapshot.devices:
+                if device.uuid:
+                    self._add_device(lines, owner, device, elapsed)
+        return _FileText(
+            reading.snapshot,
+            owners,
+            elapsed,
+            tuple("".join(family_lines) for family_lines in lines.by_family),
+        )
 
     def _add_device(
-        self,
-        families: _Families,
-        reading: CacheReading,
-        owner: Owner,
-        device: DeviceUsage,
-        now: float,
+        self, lines: _Lines, owner: Owner, device: DeviceUsage, elapsed: int | None
     ) -> None:
         values = (
             ZONE,
@@ -212,33 +281,34 @@ class VgpuMetrics:
             owner.claim_uid,
         )
         labels = label_set(CONTAINER_LABELS, values)
-        families.used.add(labels, device.used_bytes)
-        families.limit.add(labels, device.limit_bytes)
-        families.container_memory.add(labels, device.used_bytes)
-        families.container_utilization.add(labels, device.sm_util)
-        families.context.add(labels, device.context_bytes)
-        families.module.add(labels, device.module_bytes)
-        families.buffer.add(labels, device.data_bytes)
-        elapsed = last_kernel_elapsed(reading.snapshot.last_kernel_time, now)
+        lines.add(Family.USED, labels, device.used_bytes)
+        lines.add(Family.LIMIT, labels, device.limit_bytes)
+        lines.add(Family.CONTAINER_MEMORY, labels, device.used_bytes)
+        lines.add(Family.CONTAINER_UTILIZATION, labels, device.sm_util)
+        lines.add(Family.CONTEXT, labels, device.context_bytes)
+        lines.add(Family.MODULE, labels, device.module_bytes)
+        lines.add(Family.BUFFER, labels, device.data_bytes)
         if elapsed is not None:
-            families.last_kernel.add(labels, elapsed)
+            lines.add(Family.LAST_KERNEL, labels, elapsed)
         if self._legacy:
-            self._add_legacy_device(families, values, device, elapsed)
+            _add_legacy_device(lines, values, device, elapsed)
 
-    @staticmethod
-    def _add_legacy_device(
-        families: _Families, values: Sequence[str], device: DeviceUsage, elapsed: int | None
-    ) -> None:
-        labels = label_set(LEGACY_CONTAINER_LABELS, values)
-        families.legacy_used.add(labels, device.used_bytes)
-        families.legacy_limit.add(labels, device.limit_bytes)
-        offset = (
-            device.used_bytes - device.context_bytes - device.module_bytes - device.data_bytes
-        ) % _UINT64
-        memory = (device.context_bytes, device.module_bytes, device.data_bytes, offset)
-        families.legacy_memory_desc.add(
-            label_set(LEGACY_MEMORY_DESC_LABELS, (*values, *map(str, memory))), device.used_bytes
-        )
-        families.legacy_utilization_desc.add(labels, device.sm_util)
-        if elapsed is not None:
-            families.legacy_last_kernel.add(labels, elapsed)
+
+def _add_legacy_device(
+    lines: _Lines, values: Sequence[str], device: DeviceUsage, elapsed: int | None
+) -> None:
+    labels = label_set(LEGACY_CONTAINER_LABELS, values)
+    lines.add(Family.LEGACY_USED, labels, device.used_bytes)
+    lines.add(Family.LEGACY_LIMIT, labels, device.limit_bytes)
+    offset = (
+        device.used_bytes - device.context_bytes - device.module_bytes - device.data_bytes
+    ) % _UINT64
+    memory = (device.context_bytes, device.module_bytes, device.data_bytes, offset)
+    lines.add(
+        Family.LEGACY_MEMORY_DESC,
+        label_set(LEGACY_MEMORY_DESC_LABELS, (*values, *map(str, memory))),
+        device.used_bytes,
+    )
+    lines.add(Family.LEGACY_UTILIZATION_DESC, labels, device.sm_util)
+    if elapsed is not None:
+        lines.add(Family.LEGACY_LAST_KERNEL, labels, elapsed)

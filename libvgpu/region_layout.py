@@ -18,8 +18,11 @@ MAX_PROCESSES = 1024
 UUID_BYTES = 96
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RegionLayout:
+    """One known layout; the module's constants are the only instances, so identity is
+    equality (cheap when a whole copy of a file is compared with the previous one)."""
+
     name: str
     struct_size: int
     file_sizes: tuple[int, ...] | None

@@ -9,22 +9,27 @@ file that is being created, truncated, rewritten or holds garbage yields a
 `RegionReadError` and never takes the monitor down.
 
 Per-process slots are copied under the slot's seqlock (odd while a writer is
-inside). The slots are copied twice in a row: the copy is ascending, so the
-seqlock word at a slot's end is read after that slot's data, and the second
-copy's data sits between the first copy's seqlock and its own. Equal even
-values accept the second copy (x86-64's load ordering makes this hold).
-Header words are single aligned 64/32-bit stores and are read as-is; the
-header probe is read again last, so a file re-initialised mid-read is
-reported as such rather than mixed.
+inside). The file is copied twice in a row up to the last live slot: a copy
+is ascending, so the seqlock word at a slot's end is read after that slot's
+data, and the second copy's data sits between the first copy's seqlock and
+its own. Equal even values accept the second copy (x86-64's load ordering
+makes this hold). Header words are single aligned 64/32-bit stores and are
+taken as-is; magic and version must be the same in both copies, so a file
+re-initialised mid-read is reported as such rather than mixed.
+
+Reading (`read_region_bytes`, I/O) is apart from decoding (`decode_region`,
+pure), so a caller can skip decoding a file whose bytes did not change.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import stat
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dra_driver.errors import DriverError, TransientError
 from libvgpu.region_layout import (
@@ -109,40 +114,55 @@ class RegionSnapshot:
     major_version: int
     minor_version: int
     devices: tuple[DeviceUsage, ...]
-    processes: tuple[ProcessUsage, ...]
     priority: int
     utilization_switch: int
     recent_kernel: int
     last_kernel_time: int
     """Unix seconds of the last recorded kernel launch; 0 when none (always 0 in v0)."""
 
+    live_slots: tuple[tuple[int, ...], ...] = field(repr=False)
+    """The kept words of each live slot (see `_slot_struct`); `processes` decodes them
+    on first use, since a scrape needs only the per-device sums in `devices`."""
+
+    @functools.cached_property
+    def processes(self) -> tuple[ProcessUsage, ...]:
+        return tuple(_process(values, len(self.devices)) for values in self.live_slots)
+
 
 _HEADER_PROBE = struct.Struct("<iII")
 _U64 = struct.Struct("<Q")
 _LIMITS = struct.Struct(f"<{MAX_DEVICES}Q")
 _TAIL = struct.Struct("<iiii")
-_CONTEXT, _MODULE, _DATA, _TOTAL = 0, 1, 2, 4
-"""Word positions inside `device_memory_t`."""
-_SM_UTIL = 2
-"""Word position of `sm_util` inside `device_util_t`."""
-_HEADER_BYTES = max(V0.procs, V1.procs)
-"""Everything before the process slots: magic, versions, counts, uuids, limits."""
+_CONTEXT, _MODULE, _DATA, _TOTAL_KEPT = 0, 1, 2, 3
+"""Positions among the four words kept per device from `device_memory_t`
+(context@0, module@8, data@16 and total@32; offset@24 is skipped)."""
+_PRINTABLE_ASCII = re.compile(rb"[\x21-\x7e]+")
+"""A UUID libvgpu has written: printable ASCII without spaces; anything else is not set yet."""
 
 
-def _slot_struct(layout: RegionLayout) -> struct.Struct:
-    used_words = layout.used_stride // 8
-    util_words = layout.util_stride // 8
-    slot = struct.Struct(
-        f"<ii{MAX_DEVICES * used_words}Q{MAX_DEVICES}Q{MAX_DEVICES * util_words}Qi"
-    )
+_SLOT_WORDS = 6
+"""Words kept per device from a slot: context, module, data, total, monitorused, sm_util."""
+
+
+@functools.cache
+def _slot_struct(layout: RegionLayout, device_num: int) -> struct.Struct:
+    """Unpacks just what is kept from one slot, skipping the rest with pad bytes:
+    pid, hostpid, (context, module, data, total) per device, monitorused per device,
+    sm_util per device, status."""
     assert layout.slot_used + MAX_DEVICES * layout.used_stride == layout.slot_monitor_used
     assert layout.slot_monitor_used + MAX_DEVICES * 8 == layout.slot_device_util
     assert layout.slot_device_util + MAX_DEVICES * layout.util_stride == layout.slot_status
+    unused = MAX_DEVICES - device_num
+    memory = f"QQQ8xQ{layout.used_stride - 40}x"
+    util = f"16xQ{layout.util_stride - 24}x"
+    slot = struct.Struct(
+        f"<ii{memory * device_num}{unused * layout.used_stride}x"
+        f"{device_num}Q{unused * 8}x"
+        f"{util * device_num}{unused * layout.util_stride}x"
+        "i"
+    )
     assert slot.size == layout.slot_status + 4, layout.name
     return slot
-
-
-_SLOTS = {layout.name: _slot_struct(layout) for layout in (V0, V1)}
 
 
 def select_layout(size: int, header: bytes, name: str = "region") -> RegionLayout:
@@ -168,13 +188,38 @@ def select_layout(size: int, header: bytes, name: str = "region") -> RegionLayou
 
 def _decode_uuid(raw: bytes) -> str:
     text = raw.split(b"\0", 1)[0]
-    if not text or not all(0x21 <= byte <= 0x7E for byte in text):
+    if _PRINTABLE_ASCII.fullmatch(text) is None:
         return ""
     return text.decode("ascii")
 
 
+@dataclass(frozen=True)
+class RegionBytes:
+    """A consistent copy of the parts of a region file that a snapshot is decoded from.
+
+    Equal copies decode to equal snapshots, so a caller holding the previous
+    copy of a file can skip decoding it when nothing in it changed.
+    """
+
+    path: str
+    layout: RegionLayout
+    header: bytes
+    """Everything before the process slots."""
+
+    slots: bytes
+    """`proc_num` slots, each copied under its seqlock."""
+
+    tail: bytes
+    """From `proc_num` to the end of the struct."""
+
+
 def read_region(path: str, max_retries: int = DEFAULT_SEQLOCK_RETRIES) -> RegionSnapshot:
-    """One consistent snapshot of the region file at `path`; refuses symlinks and non-files.
+    """One consistent snapshot of the region file at `path`; see `read_region_bytes`."""
+    return decode_region(read_region_bytes(path, max_retries))
+
+
+def read_region_bytes(path: str, max_retries: int = DEFAULT_SEQLOCK_RETRIES) -> RegionBytes:
+    """Copy what a snapshot needs from the file at `path`; refuses symlinks and non-files.
 
     Every failure, whatever the file does meanwhile, is a `RegionReadError`.
     """
@@ -186,15 +231,15 @@ def read_region(path: str, max_retries: int = DEFAULT_SEQLOCK_RETRIES) -> Region
     except OSError as error:
         raise RegionReadError(path, error.strerror or str(error)) from error
     try:
-        return _RegionRead(path, descriptor, max_retries).snapshot()
+        return _RegionCopy(path, descriptor, max_retries).copy()
     except OSError as error:
         raise RegionReadError(path, error.strerror or str(error)) from error
     finally:
         os.close(descriptor)
 
 
-class _RegionRead:
-    """One read of one open file: every `pread` is checked for a short count."""
+class _RegionCopy:
+    """One copy of one open file: every `pread` is checked for a short count."""
 
     def __init__(self, path: str, descriptor: int, max_retries: int) -> None:
         self._path = path
@@ -209,126 +254,145 @@ class _RegionRead:
             )
         return data
 
-    def snapshot(self) -> RegionSnapshot:
+    def copy(self) -> RegionBytes:
         path = self._path
         info = os.fstat(self._descriptor)
         if not stat.S_ISREG(info.st_mode):
             raise RegionFormatError(path, "not a regular file")
-        header = os.pread(self._descriptor, _HEADER_BYTES, 0)
-        layout = select_layout(info.st_size, header, path)
-        if len(header) < layout.procs:
-            raise RegionFormatError(path, "truncated while being read (short header)")
-        probe = header[: _HEADER_PROBE.size]
-        _, major, minor = _HEADER_PROBE.unpack_from(header)
-        if layout.major_version is None:
-            major, minor = 0, 0
-        device_num = _U64.unpack_from(header, layout.device_num)[0]
+        probe = os.pread(self._descriptor, _HEADER_PROBE.size, 0)
+        layout = select_layout(info.st_size, probe, path)
         tail = self._pread(layout.struct_size - layout.proc_num, layout.proc_num)
-        proc_num, utilization_switch, recent_kernel, priority = _TAIL.unpack_from(tail)
-        if device_num > MAX_DEVICES:
-            raise RegionFormatError(path, f"device_num {device_num} > {MAX_DEVICES}")
+        proc_num = _TAIL.unpack_from(tail)[0]
         if not 0 <= proc_num <= MAX_PROCESSES:
             raise RegionFormatError(path, f"proc_num {proc_num} out of range")
-        last_kernel_time = (
-            0
-            if layout.last_kernel_time is None
-            else _U64.unpack_from(tail, layout.last_kernel_time - layout.proc_num)[0]
-        )
-        slots = self._read_slots(layout, proc_num)
-        if self._pread(_HEADER_PROBE.size, 0) != probe:
-            raise RegionFormatError(path, "re-initialised while being read")
-        limits = _LIMITS.unpack_from(header, layout.limit)
-        sm_limits = _LIMITS.unpack_from(header, layout.sm_limit)
-        uuids = header[layout.uuids : layout.uuids + MAX_DEVICES * UUID_BYTES]
-        processes = [_process(layout, values, device_num) for values in slots if values[-1] != 0]
-        devices = tuple(
-            _device(index, uuids, limits, sm_limits, processes) for index in range(device_num)
-        )
-        return RegionSnapshot(
-            layout=layout.name,
-            major_version=major,
-            minor_version=minor,
-            devices=devices,
-            processes=tuple(processes),
-            priority=priority,
-            utilization_switch=utilization_switch,
-            recent_kernel=recent_kernel,
-            last_kernel_time=last_kernel_time,
-        )
-
-    def _read_slots(self, layout: RegionLayout, proc_num: int) -> list[tuple[int, ...]]:
-        slot = _SLOTS[layout.name]
-        size = layout.slot_size
-        first = self._pread(proc_num * size, layout.procs)
+        end = layout.procs + proc_num * layout.slot_size
+        first = self._pread(end, 0)
+        self._check_probe(first, probe)
         if layout.slot_seqlock is None:
-            return [slot.unpack_from(first, index * size) for index in range(proc_num)]
-        second = self._pread(proc_num * size, layout.procs)
-        values = []
-        for index in range(proc_num):
-            seqlock_at = index * size + layout.slot_seqlock
-            before = _U64.unpack_from(first, seqlock_at)[0]
-            after = _U64.unpack_from(second, seqlock_at)[0]
-            if before == after and before & 1 == 0:
-                values.append(slot.unpack_from(second, index * size))
-            else:
-                values.append(self._retry_slot(layout, index, after))
-        return values
+            return RegionBytes(path, layout, first[: layout.procs], first[layout.procs :], tail)
+        second = self._pread(end, 0)
+        self._check_probe(second, probe)
+        slots = [self._slot(layout, index, first, second) for index in range(proc_num)]
+        return RegionBytes(path, layout, second[: layout.procs], b"".join(slots), tail)
 
-    def _retry_slot(self, layout: RegionLayout, index: int, before: int) -> tuple[int, ...]:
+    def _check_probe(self, copy: bytes, probe: bytes) -> None:
+        """Magic and version unchanged since the layout was chosen: not re-created meanwhile."""
+        if copy[: _HEADER_PROBE.size] != probe:
+            raise RegionFormatError(self._path, "re-initialised while being read")
+
+    def _slot(self, layout: RegionLayout, index: int, first: bytes, second: bytes) -> bytes:
+        """The slot from the second copy if the seqlock it ends with is even and unchanged since
+        the first copy (the first copy's seqlock was read after its data, before the second's)."""
+        assert layout.slot_seqlock is not None
+        start = layout.procs + index * layout.slot_size
+        seqlock_at = start + layout.slot_seqlock
+        before = _U64.unpack_from(first, seqlock_at)[0]
+        after = _U64.unpack_from(second, seqlock_at)[0]
+        if before == after and after & 1 == 0:
+            return second[start : start + layout.slot_size]
+        return self._retry_slot(layout, index, start, after)
+
+    def _retry_slot(self, layout: RegionLayout, index: int, start: int, before: int) -> bytes:
         """Copy one slot again until two copies in a row end with the same even seqlock."""
         assert layout.slot_seqlock is not None
-        offset = layout.procs + index * layout.slot_size
         for _ in range(self._max_retries):
             time.sleep(0)
-            copy = self._pread(layout.slot_size, offset)
+            copy = self._pread(layout.slot_size, start)
             after = _U64.unpack_from(copy, layout.slot_seqlock)[0]
             if before == after and after & 1 == 0:
-                return _SLOTS[layout.name].unpack_from(copy)
+                return copy
             before = after
         raise RegionUnstableError(
             self._path, f"slot {index} still changing after {self._max_retries} tries"
         )
 
 
-def _process(layout: RegionLayout, values: tuple[int, ...], device_num: int) -> ProcessUsage:
-    used_words = layout.used_stride // 8
-    util_words = layout.util_stride // 8
-    monitor_base = 2 + MAX_DEVICES * used_words
-    util_base = monitor_base + MAX_DEVICES
-    devices = range(device_num)
+def decode_region(raw: RegionBytes) -> RegionSnapshot:
+    """The snapshot a consistent copy describes; impossible counts are a `RegionFormatError`."""
+    layout = raw.layout
+    header = raw.header
+    device_num = _U64.unpack_from(header, layout.device_num)[0]
+    if device_num > MAX_DEVICES:
+        raise RegionFormatError(raw.path, f"device_num {device_num} > {MAX_DEVICES}")
+    _, major, minor = _HEADER_PROBE.unpack_from(header)
+    if layout.major_version is None:
+        major, minor = 0, 0
+    _, utilization_switch, recent_kernel, priority = _TAIL.unpack_from(raw.tail)
+    last_kernel_time = (
+        0
+        if layout.last_kernel_time is None
+        else _U64.unpack_from(raw.tail, layout.last_kernel_time - layout.proc_num)[0]
+    )
+    slot = _slot_struct(layout, device_num)
+    live = [
+        values
+        for values in (
+            slot.unpack_from(raw.slots, offset)
+            for offset in range(0, len(raw.slots), layout.slot_size)
+        )
+        if values[-1] != 0
+    ]
+    uuids = header[layout.uuids : layout.uuids + MAX_DEVICES * UUID_BYTES]
+    limits = _LIMITS.unpack_from(header, layout.limit)
+    sm_limits = _LIMITS.unpack_from(header, layout.sm_limit)
+    return RegionSnapshot(
+        layout=layout.name,
+        major_version=major,
+        minor_version=minor,
+        devices=_devices(device_num, uuids, limits, sm_limits, live),
+        priority=priority,
+        utilization_switch=utilization_switch,
+        recent_kernel=recent_kernel,
+        last_kernel_time=last_kernel_time,
+        live_slots=tuple(live),
+    )
 
-    def memory(field: int) -> tuple[int, ...]:
-        return tuple(values[2 + device * used_words + field] for device in devices)
 
+def _process(values: tuple[int, ...], device_num: int) -> ProcessUsage:
+    """One slot from its kept words (see `_slot_struct`), by stride slicing."""
+    memory_end = 2 + 4 * device_num
     return ProcessUsage(
         pid=values[0],
         host_pid=values[1],
         status=values[-1],
-        used_bytes=memory(_TOTAL),
-        context_bytes=memory(_CONTEXT),
-        module_bytes=memory(_MODULE),
-        data_bytes=memory(_DATA),
-        monitor_used_bytes=tuple(values[monitor_base + device] for device in devices),
-        sm_util=tuple(values[util_base + device * util_words + _SM_UTIL] for device in devices),
+        used_bytes=values[2 + _TOTAL_KEPT : memory_end : 4],
+        context_bytes=values[2 + _CONTEXT : memory_end : 4],
+        module_bytes=values[2 + _MODULE : memory_end : 4],
+        data_bytes=values[2 + _DATA : memory_end : 4],
+        monitor_used_bytes=values[memory_end : memory_end + device_num],
+        sm_util=values[memory_end + device_num : memory_end + 2 * device_num],
     )
 
 
-def _device(
-    index: int,
+def _devices(
+    device_num: int,
     uuids: bytes,
     limits: tuple[int, ...],
     sm_limits: tuple[int, ...],
-    processes: list[ProcessUsage],
-) -> DeviceUsage:
-    return DeviceUsage(
-        index=index,
-        uuid=_decode_uuid(uuids[index * UUID_BYTES : (index + 1) * UUID_BYTES]),
-        limit_bytes=limits[index],
-        sm_limit_percent=sm_limits[index],
-        used_bytes=sum(process.used_bytes[index] for process in processes),
-        context_bytes=sum(process.context_bytes[index] for process in processes),
-        module_bytes=sum(process.module_bytes[index] for process in processes),
-        data_bytes=sum(process.data_bytes[index] for process in processes),
-        monitor_used_bytes=sum(process.monitor_used_bytes[index] for process in processes),
-        sm_util=sum(process.sm_util[index] for process in processes),
+    live: list[tuple[int, ...]],
+) -> tuple[DeviceUsage, ...]:
+    """Per device, each kept word summed over the live slots: what libvgpu itself adds up."""
+    words = device_num * _SLOT_WORDS
+    if live:
+        sums = [
+            sum(column) for column in zip(*(values[2 : 2 + words] for values in live), strict=True)
+        ]
+    else:
+        sums = [0] * words
+    monitor_at = 4 * device_num
+    sm_at = monitor_at + device_num
+    return tuple(
+        DeviceUsage(
+            index=index,
+            uuid=_decode_uuid(uuids[index * UUID_BYTES : (index + 1) * UUID_BYTES]),
+            limit_bytes=limits[index],
+            sm_limit_percent=sm_limits[index],
+            used_bytes=sums[4 * index + _TOTAL_KEPT],
+            context_bytes=sums[4 * index + _CONTEXT],
+            module_bytes=sums[4 * index + _MODULE],
+            data_bytes=sums[4 * index + _DATA],
+            monitor_used_bytes=sums[monitor_at + index],
+            sm_util=sums[sm_at + index],
+        )
+        for index in range(device_num)
     )
