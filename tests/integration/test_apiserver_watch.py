@@ -81,10 +81,11 @@ def test_watch_without_version_sends_current_state_then_follows(api: ApiClient, 
 
 def test_resume_from_bookmark_loses_nothing(api: ApiClient, ns: str) -> None:
     core = client.CoreV1Api(api)
-    core.create_namespaced_config_map("default", {"metadata": {"name": f"{ns}-recent"}})
     since = core.list_namespaced_config_map(ns).metadata.resource_version
+    # A change of the type elsewhere: the bookmark, sent shortly before the timeout (3 s - 2 s
+    # margin) as on a real server, lets a resume skip it.
+    core.create_namespaced_config_map("default", {"metadata": {"name": f"{ns}-elsewhere"}})
     w = watch.Watch()
-    # The one bookmark comes shortly before the timeout (3 s - 2 s margin), as on a real server.
     for event in w.stream(
         core.list_namespaced_config_map,
         ns,

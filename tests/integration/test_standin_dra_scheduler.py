@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_waits import wait_schedulable
 from kubernetes import client, config
-from node_readiness import wait_schedulable
 
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.dra_scheduler import (

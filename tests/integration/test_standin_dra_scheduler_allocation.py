@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster_waits import wait_schedulable
 from kubernetes import client, config, watch
-from node_readiness import wait_schedulable
 
 from api.quantity import parse_quantity
 from dra_driver.dra_cel import CelEvaluationError

@@ -13,7 +13,6 @@ import asyncio
 import json
 import re
 import socket
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -464,8 +463,9 @@ class APIServer:
             status = ApiError(410, f"too old resource version: {since} ({bucket.floor})").status()
             await response.write(_dumps({"type": "ERROR", "object": status}) + b"\n")
             return response
+        start_rv = since if since and not initial_events else storage.rv
         try:
-            await self._stream(response, watcher, bucket, timeout_s, bookmarks)
+            await self._stream(response, watcher, bucket, start_rv, timeout_s, bookmarks)
         except ConnectionResetError:
             return response
         finally:
@@ -485,9 +485,12 @@ class APIServer:
         response: web.StreamResponse,
         watcher: Watcher,
         bucket: Bucket,
+        start_rv: int,
         timeout_s: float | None,
         bookmarks: bool,
     ) -> None:
+        """Write events as they come; a bookmark only when due and only if the type changed
+        after the version the watch started from (the real watch cache's rule)."""
         loop = asyncio.get_running_loop()
         storage = self.cluster.storage
         deadline = loop.time() + timeout_s if timeout_s is not None else None
@@ -502,13 +505,9 @@ class APIServer:
             if deadline is not None and now >= deadline:
                 return
             if next_bookmark is not None and now >= next_bookmark:
-                # Only a type with recent changes gets one. Every event up to storage.rv is
-                # either written or filtered out: resuming from this version loses nothing.
-                last = bucket.last_event_at()
-                if (
-                    last is not None
-                    and time.monotonic() - last <= self.settings.bookmark_interval_s
-                ):
+                # Every event up to storage.rv is either written or filtered out:
+                # resuming from this version loses nothing.
+                if bucket.history and bucket.history[-1].rv > start_rv:
                     mark = _bookmark(watcher.resource, storage.rv)
                     await response.write(_dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
                 next_bookmark = self._next_bookmark(loop.time(), deadline)

@@ -161,9 +161,6 @@ class Bucket:
         for index in range(start, len(self.history)):
             yield self.history[index]
 
-    def last_event_at(self) -> float | None:
-        return self.history[-1].at if self.history else None
-
     def snapshot(self, rv: int) -> dict[ObjectKey, dict[str, Any]] | None:
         """The objects as they were at `rv`, undone from the history; None once compacted."""
         if rv < self.floor:
