@@ -4,6 +4,11 @@ Running containers map the host's libvgpu.so, so it is never rewritten in
 place: a changed library is written to a temporary file in the same directory,
 fsynced and renamed over the old one, and processes that mapped the old file
 keep its inode. An unchanged library (same SHA-256) is not touched at all.
+
+Every process in a container preloads the file, so it is checked first (see
+`libvgpu.elf`): an ELF shared object, not an executable, built for the
+machine this installer runs on. Any refusal or filesystem error is a
+`LibraryInstallError` naming the path and the reason, never a traceback.
 """
 
 from __future__ import annotations
@@ -17,14 +22,11 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from dra_driver.errors import DriverError
+from libvgpu.elf import ET_DYN, ElfFormatError, ElfIdentity, elf_identity, parse_elf
 from libvgpu.settings import LIBRARY_NAME, PRELOAD_NAME
 
-ELF_MAGIC = b"\x7fELF"
-ET_DYN = 3
-_EI_DATA = 5
-_E_TYPE = 16
-_LITTLE_ENDIAN = 1
-_BIG_ENDIAN = 2
+RUNNING_EXECUTABLE = "/proc/self/exe"
+"""The interpreter running this installer: its ELF identity is the host's."""
 
 
 class LibraryInstallError(DriverError):
@@ -57,11 +59,21 @@ class InstallResult:
     preload_path: str
     preload_changed: bool
     lock_dir: str
-    lock_dir_created: bool
+    lock_dir_changed: bool
+    """Created, or its mode corrected."""
 
 
-def check_shared_object(path: str) -> bytes:
-    """The file's bytes, after checking it is an ELF shared object (e_type ET_DYN)."""
+def host_elf_identity() -> ElfIdentity:
+    """The ELF identity of the processes on this host (that of the running interpreter)."""
+    try:
+        with open(RUNNING_EXECUTABLE, "rb") as handle:
+            return elf_identity(handle.read(64))
+    except (OSError, ElfFormatError) as error:
+        raise LibraryInstallError(f"cannot tell this host's machine type: {error}") from error
+
+
+def check_shared_object(path: str, host: ElfIdentity) -> bytes:
+    """The file's bytes, after checking it is an ELF shared library `host` can load."""
     try:
         with open(path, "rb") as handle:
             content = handle.read()
@@ -69,15 +81,24 @@ def check_shared_object(path: str) -> bytes:
         raise LibraryInstallError(f"source library {path} does not exist") from error
     except OSError as error:
         raise LibraryInstallError(f"cannot read source library {path}: {error}") from error
-    if len(content) < _E_TYPE + 2 or content[:4] != ELF_MAGIC:
-        raise LibraryInstallError(f"source library {path} is not an ELF file")
-    order = {_LITTLE_ENDIAN: "little", _BIG_ENDIAN: "big"}.get(content[_EI_DATA])
-    if order is None:
-        raise LibraryInstallError(f"source library {path} has an invalid ELF data encoding")
-    e_type = int.from_bytes(content[_E_TYPE : _E_TYPE + 2], order)
-    if e_type != ET_DYN:
+    try:
+        elf = parse_elf(content)
+    except ElfFormatError as error:
+        raise LibraryInstallError(f"source library {path} is not an ELF file: {error}") from error
+    if elf.file_type != ET_DYN:
         raise LibraryInstallError(
-            f"source library {path} is not a shared object (ELF e_type {e_type}, want {ET_DYN})"
+            f"source library {path} is not a shared object "
+            f"(ELF e_type {elf.file_type}, want {ET_DYN})"
+        )
+    if elf.has_interpreter:
+        raise LibraryInstallError(
+            f"source library {path} is an executable, not a shared library "
+            "(it names a program interpreter, PT_INTERP)"
+        )
+    if elf.identity != host:
+        raise LibraryInstallError(
+            f"source library {path} is built for {elf.identity.describe()}; "
+            f"this host runs {host.describe()}"
         )
     return content
 
@@ -119,10 +140,11 @@ def _install_file(path: str, content: bytes, mode: int) -> bool:
 
 
 def _ensure_lock_dir(path: str, mode: int) -> bool:
-    created = False
+    """Create the directory or correct its mode; True if either was needed."""
+    changed = False
     try:
         os.mkdir(path, mode)
-        created = True
+        changed = True
     except FileExistsError:
         pass
     info = os.lstat(path)
@@ -130,20 +152,33 @@ def _ensure_lock_dir(path: str, mode: int) -> bool:
         raise LibraryInstallError(f"lock path {path} exists and is not a directory")
     if stat.S_IMODE(info.st_mode) != mode:
         os.chmod(path, mode)
-    return created
+        changed = True
+    return changed
+
+
+def _check_host_dir(path: str) -> None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise LibraryInstallError(f"host directory {path}: {error.strerror}") from error
+    if not stat.S_ISDIR(info.st_mode):
+        raise LibraryInstallError(f"host directory {path} exists and is not a directory")
 
 
 def install_libvgpu(settings: InstallSettings) -> InstallResult:
     """Bring the host's libvgpu files up to date; a no-op when they already are."""
-    library = check_shared_object(settings.source_library)
-    os.makedirs(settings.host_dir, exist_ok=True)
+    library = check_shared_object(settings.source_library, host_elf_identity())
+    _check_host_dir(settings.host_dir)
     library_path = os.path.join(settings.host_dir, LIBRARY_NAME)
     preload_path = os.path.join(settings.host_dir, PRELOAD_NAME)
     preload = (settings.container_library_path + "\n").encode()
     try:
+        os.makedirs(settings.host_dir, exist_ok=True)
         library_changed = _install_file(library_path, library, settings.library_mode)
         preload_changed = _install_file(preload_path, preload, settings.preload_mode)
-        lock_created = _ensure_lock_dir(settings.lock_dir, settings.lock_dir_mode)
+        lock_changed = _ensure_lock_dir(settings.lock_dir, settings.lock_dir_mode)
     except OSError as error:
         raise LibraryInstallError(f"installing into {settings.host_dir}: {error}") from error
     return InstallResult(
@@ -152,7 +187,7 @@ def install_libvgpu(settings: InstallSettings) -> InstallResult:
         preload_path,
         preload_changed,
         settings.lock_dir,
-        lock_created,
+        lock_changed,
     )
 
 
@@ -168,7 +203,7 @@ def run_install(
     for path, changed in (
         (result.library_path, result.library_changed),
         (result.preload_path, result.preload_changed),
-        (result.lock_dir, result.lock_dir_created),
+        (result.lock_dir, result.lock_dir_changed),
     ):
         print(f"{path}: {'updated' if changed else 'unchanged'}", file=out)
     return 0

@@ -56,3 +56,39 @@ def test_installs_then_reports_nothing_to_do(tmp_path: Path):
     second = run(*args)
     assert second.returncode == 0
     assert (tmp_path / "host" / "libvgpu.so").stat().st_ino == inode
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a shared object")
+def test_host_dir_that_is_a_file_is_a_clear_error_not_a_traceback(tmp_path: Path):
+    source = tmp_path / "x.c"
+    source.write_text("int vgpu_probe(void) { return 1; }\n")
+    library = tmp_path / "libvgpu.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    host_dir = tmp_path / "vgpu"
+    host_dir.write_text("")
+
+    completed = run(
+        "--source", str(library), "--host-dir", str(host_dir), "--lock-dir", str(tmp_path / "lock")
+    )
+
+    assert completed.returncode == 1
+    assert completed.stderr == (
+        f"install-libvgpu: host directory {host_dir} exists and is not a directory\n"
+    )
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a shared object")
+def test_corrected_lock_dir_mode_prints_updated(tmp_path: Path):
+    source = tmp_path / "x.c"
+    source.write_text("int vgpu_probe(void) { return 1; }\n")
+    library = tmp_path / "libvgpu.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    lock = tmp_path / "lock"
+    args = ("--source", str(library), "--host-dir", str(tmp_path / "host"), "--lock-dir", str(lock))
+    assert run(*args).returncode == 0
+    lock.chmod(0o700)
+
+    completed = run(*args)
+
+    assert completed.returncode == 0
+    assert f"{lock}: updated" in completed.stdout.splitlines()

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from libvgpu.elf import MACHINE_NAMES
 from libvgpu.install import InstallSettings, LibraryInstallError, install_libvgpu, run_install
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build an ELF")
@@ -46,7 +47,7 @@ def test_first_install_writes_everything(tmp_path, library):
 
     result = install_libvgpu(settings)
 
-    assert (result.library_changed, result.preload_changed, result.lock_dir_created) == (
+    assert (result.library_changed, result.preload_changed, result.lock_dir_changed) == (
         True,
         True,
         True,
@@ -66,7 +67,7 @@ def test_unchanged_rerun_writes_nothing(tmp_path, library):
 
     second = install_libvgpu(settings)
 
-    assert (second.library_changed, second.preload_changed, second.lock_dir_created) == (
+    assert (second.library_changed, second.preload_changed, second.lock_dir_changed) == (
         False,
         False,
         False,
@@ -153,3 +154,58 @@ def test_run_install_reports_and_returns_exit_codes(tmp_path, library):
     assert out.getvalue().count("updated") == 3
     assert run_install(settings_for(tmp_path, tmp_path / "missing.so"), out, err) == 1
     assert "does not exist" in err.getvalue()
+
+
+def test_position_independent_executable_is_refused(tmp_path):
+    source = tmp_path / "main.c"
+    source.write_text("int main(void) { return 0; }\n")
+    executable = tmp_path / "main"
+    subprocess.run(
+        ["gcc", "-fPIE", "-pie", "-o", str(executable), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    settings = settings_for(tmp_path, executable)
+
+    with pytest.raises(LibraryInstallError, match="is an executable, not a shared library"):
+        install_libvgpu(settings)
+    assert not os.path.exists(settings.host_dir)
+
+
+def test_library_for_another_machine_is_refused(tmp_path, library):
+    content = bytearray(library.read_bytes())
+    host_machine = int.from_bytes(content[18:20], "little")
+    other = 183 if host_machine != 183 else 62
+    content[18:20] = other.to_bytes(2, "little")
+    foreign = tmp_path / "foreign.so"
+    foreign.write_bytes(bytes(content))
+    settings = settings_for(tmp_path, foreign)
+
+    with pytest.raises(LibraryInstallError, match=f"e_machine {other}") as raised:
+        install_libvgpu(settings)
+    assert f"this host runs {MACHINE_NAMES[host_machine]} (e_machine {host_machine}" in str(
+        raised.value
+    )
+    assert not os.path.exists(settings.host_dir)
+
+
+def test_corrected_lock_dir_mode_is_reported_as_a_change(tmp_path, library):
+    settings = settings_for(tmp_path, library)
+    os.makedirs(settings.lock_dir, mode=0o755)
+    os.chmod(settings.lock_dir, 0o755)
+
+    corrected = install_libvgpu(settings)
+    again = install_libvgpu(settings)
+
+    assert corrected.lock_dir_changed
+    assert stat.S_IMODE(os.stat(settings.lock_dir).st_mode) == 0o1777
+    assert not again.lock_dir_changed
+
+
+def test_host_dir_that_is_a_file_is_refused(tmp_path, library):
+    settings = settings_for(tmp_path, library)
+    Path(settings.host_dir).parent.mkdir(parents=True)
+    Path(settings.host_dir).write_text("")
+
+    with pytest.raises(LibraryInstallError, match="exists and is not a directory"):
+        install_libvgpu(settings)
