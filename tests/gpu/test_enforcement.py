@@ -33,7 +33,7 @@ from libvgpu.container_edits import DeviceShare, ShareSet, build_container_edits
 from libvgpu.host_gpus import open_host_backend
 from libvgpu.monitor import MonitorSettings, VgpuMonitor
 from libvgpu.owners import ClaimIndex, ClaimResolver, CombinedResolver, LegacyPodResolver, PodIndex
-from libvgpu.region_reader import open_region
+from libvgpu.region_reader import read_region
 from libvgpu.settings import LibvgpuPaths
 
 GIB = 1 << 30
@@ -189,11 +189,7 @@ async def test_monitor_reads_the_region_the_library_wrote(probe: Path, share: Ap
         line = await asyncio.wait_for(holder.stdout.readline(), PROBE_TIMEOUT_S)
         assert line.strip() == b"holding", line
 
-        reader = open_region(str(share.cache_file))
-        try:
-            snapshot = reader.read()
-        finally:
-            reader.close()
+        snapshot = read_region(str(share.cache_file))
         used = sum(device.used_bytes for device in snapshot.devices)
         assert HOLD_MIB * MIB <= used <= HOLD_MIB * MIB + 1 * GIB
 
