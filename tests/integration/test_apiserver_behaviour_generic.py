@@ -206,3 +206,34 @@ def test_a_namespace_with_its_own_finalizer_waits_for_finalize(
         resource_version=since,
         field_selector=f"metadata.name={name}",
     )
+
+
+APPLY = "application/apply-patch+yaml"
+
+
+def _apply(api: ApiClient, ns: str, manager: str, data: str, force: bool = False) -> Any:
+    query = f"?fieldManager={manager}" if manager else ""
+    if force:
+        query += "&force=true"
+    config = f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n{data}"
+    return send(api, "PATCH", _cms(ns, "applied") + query, config, content_type=APPLY)
+
+
+def test_server_side_apply_tracks_field_managers(api: ApiClient, ns: str) -> None:
+    code, status = _apply(api, ns, "", "  a: '1'\n")
+    assert (code, status["reason"]) == (422, "Invalid")
+    assert "fieldManager: Required value" in status["message"]
+    code, created = _apply(api, ns, "probe", "  a: '1'\n")
+    assert (code, created["data"]) == (201, {"a": "1"})
+    assert [m["manager"] for m in created["metadata"]["managedFields"]] == ["probe"]
+    code, status = _apply(api, ns, "other", "  a: '2'\n")
+    assert (code, status["reason"]) == (409, "Conflict")
+    assert status["message"] == 'Apply failed with 1 conflict: conflict with "probe": .data.a'
+    code, same_value = _apply(api, ns, "other", "  a: '1'\n")
+    assert (code, same_value["data"]) == (200, {"a": "1"})
+    code, forced = _apply(api, ns, "other", "  a: '2'\n", force=True)
+    assert (code, forced["data"]) == (200, {"a": "2"})
+    code, probe_again = _apply(api, ns, "probe", "  b: '3'\n")
+    assert (code, probe_again["data"]) == (200, {"a": "2", "b": "3"})
+    code, dropped = _apply(api, ns, "other", "  c: '4'\n")
+    assert (code, dropped["data"]) == (200, {"b": "3", "c": "4"})

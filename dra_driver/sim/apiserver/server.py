@@ -332,8 +332,9 @@ class APIServer:
             if resource.namespaced and namespace is None:
                 raise method_not_allowed(method)
             body = await self._body(request)
+            manager = query.get("fieldManager", "")
             with self._dry_run(request, "CreateOptions"):
-                created = self.cluster.create(resource, namespace or "", body)
+                created = self.cluster.create(resource, namespace or "", body, manager)
             return _json_response(created, 201)
         if method == "DELETE":
             labels, fields = self._selectors(resource, query)
@@ -392,16 +393,26 @@ class APIServer:
         if method == "PUT":
             body = await self._body(request)
             creating = not subresource and not cluster.exists(resource, namespace, name)
+            manager = request.query.get("fieldManager", "")
             with self._dry_run(request, "UpdateOptions"):
-                stored = cluster.update(resource, namespace, name, body, subresource)
+                stored = cluster.update(resource, namespace, name, body, subresource, manager)
             return _json_response(stored, 201 if creating else 200)
         if method == "PATCH":
             body = await self._body(request)
+            creating = not subresource and not cluster.exists(resource, namespace, name)
+            query = request.query
             with self._dry_run(request, "PatchOptions"):
                 patched = cluster.patch(
-                    resource, namespace, name, request.content_type, body, subresource
+                    resource,
+                    namespace,
+                    name,
+                    request.content_type,
+                    body,
+                    subresource,
+                    query.get("fieldManager", ""),
+                    query.get("force") in _TRUE,
                 )
-            return _json_response(patched)
+            return _json_response(patched, 201 if creating else 200)
         if method == "DELETE" and not subresource:
             options = await self._delete_options(request)
             with self._dry_run(request, "DeleteOptions", options.get("dryRun")):
