@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .apply import ApplyConflictError, apply, dotted, record_update
 from .conversion import PRESENTERS
 from .errors import (
     STALE,
@@ -26,10 +27,12 @@ from .errors import (
     already_exists,
     bad_request,
     conflict,
+    forbidden,
     gone,
     invalid_object,
     not_found,
     not_supported,
+    required,
 )
 from .nodes import taint_new_node
 from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
@@ -42,6 +45,7 @@ from .validation import validate_metadata
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
 PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     JSON_PATCH: json_patch,
     MERGE_PATCH: json_merge_patch,
@@ -51,6 +55,7 @@ FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 POLICIES = ("Foreground", "Background", "Orphan")
 DELETE_OPTIONS = Target("meta.k8s.io", "deleteoptions", "DeleteOptions")
+PATCH_OPTIONS = Target("meta.k8s.io", "patchoptions", "PatchOptions")
 _USER_META = ("labels", "annotations", "finalizers", "ownerReferences")
 _OMITTED_WHEN_EMPTY = ("data", "binaryData")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
@@ -335,7 +340,15 @@ class Cluster:
         if errors:
             raise invalid_object(target(resource, obj["metadata"].get("name", "")), errors)
 
-    def create(self, resource: ResourceType, namespace: str, body: Any) -> dict[str, Any]:
+    def create(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        body: Any,
+        manager: str = "",
+        managed: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """`manager` (a `fieldManager`) takes every field; `managed` is apply's own record."""
         obj = self._check_type(resource, body)
         meta = obj["metadata"]
         self._check_namespace(resource, namespace, meta)
@@ -352,6 +365,10 @@ class Cluster:
             meta["name"] = name
         for key in (*_SERVER_META, "resourceVersion", "managedFields", "selfLink"):
             meta.pop(key, None)
+        if managed is None and manager:
+            managed = record_update({"metadata": {}}, obj, manager, now_rfc3339())
+        if managed:
+            meta["managedFields"] = managed
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
         if resource.tracks_generation:
@@ -389,12 +406,18 @@ class Cluster:
             )
 
     def update(
-        self, resource: ResourceType, namespace: str, name: str, body: Any, subresource: str = ""
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str = "",
+        manager: str = "",
     ) -> dict[str, Any]:
         stored = self.storage.get(resource, namespace, name)
         if stored is None:
             if resource.create_on_update and not subresource:
-                return self.create(resource, namespace, body)
+                return self.create(resource, namespace, body, manager)
             raise not_found(target(resource, name))
         old = self.present(resource, stored)
         obj = self._check_type(resource, body)
@@ -405,10 +428,15 @@ class Cluster:
                 f"the name on the URL ({name})"
             )
         self._check_namespace(resource, namespace, meta)
-        return self._replace(resource, old, obj, subresource)
+        return self._replace(resource, old, obj, subresource, manager)
 
     def _replace(
-        self, resource: ResourceType, old: dict[str, Any], obj: dict[str, Any], subresource: str
+        self,
+        resource: ResourceType,
+        old: dict[str, Any],
+        obj: dict[str, Any],
+        subresource: str,
+        manager: str = "",
     ) -> dict[str, Any]:
         old_meta = old["metadata"]
         wanted_rv = obj["metadata"].get("resourceVersion")
@@ -433,7 +461,12 @@ class Cluster:
             new = obj
             meta = new["metadata"]
             meta["name"] = old_meta["name"]
-            meta.pop("managedFields", None)
+            if not meta.get("managedFields") and old_meta.get("managedFields"):
+                meta["managedFields"] = old_meta["managedFields"]
+            if manager:
+                meta["managedFields"] = record_update(old, new, manager, now_rfc3339())
+            if not meta.get("managedFields"):
+                meta.pop("managedFields", None)
             meta.pop("selfLink", None)
             for key in _SERVER_META:
                 if key in old_meta:
@@ -464,13 +497,21 @@ class Cluster:
         content_type: str,
         patch: Any,
         subresource: str = "",
+        manager: str = "",
+        force: bool = False,
     ) -> dict[str, Any]:
+        if content_type == APPLY_PATCH:
+            return self._apply(resource, namespace, name, patch, subresource, manager, force)
+        if force:
+            raise invalid_object(
+                PATCH_OPTIONS, [forbidden("force", "may not be specified for non-apply patch")]
+            )
         patcher = PATCHERS.get(content_type)
         if patcher is None:
             raise ApiError(
                 415,
                 f"the body of the request was in an unknown format - accepted media types include: "
-                f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}",
+                f"{JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}, {APPLY_PATCH}",
             )
         old = self.get(resource, namespace, name)
         try:
@@ -478,6 +519,54 @@ class Cluster:
         except PatchError as error:
             raise ApiError(error.code, str(error)) from error
         obj = self._check_type(resource, patched)
+        self._check_namespace(resource, namespace, obj["metadata"])
+        return self._replace(resource, old, obj, subresource, manager)
+
+    def _apply(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        name: str,
+        config: Any,
+        subresource: str,
+        manager: str,
+        force: bool,
+    ) -> dict[str, Any]:
+        """Server-side apply (see apply.py for what is modelled); creates a missing object."""
+        if not manager:
+            raise invalid_object(
+                PATCH_OPTIONS, [required("fieldManager", "is required for apply patch")]
+            )
+        checked = self._check_type(resource, config)
+        if checked["metadata"].get("name") not in (None, name):
+            raise bad_request(
+                f"the name of the object ({checked['metadata'].get('name')}) does not match "
+                f"the name on the URL ({name})"
+            )
+        stored = self.storage.get(resource, namespace, name)
+        if stored is None:
+            if subresource:
+                raise not_found(target(resource, name))
+            created = apply(None, config, manager, force, now_rfc3339())
+            created["metadata"]["name"] = name
+            managed = created["metadata"].get("managedFields")
+            return self.create(resource, namespace, created, managed=managed)
+        old = self.present(resource, stored)
+        try:
+            merged = apply(old, config, manager, force, now_rfc3339())
+        except ApplyConflictError as error:
+            causes = [
+                {
+                    "reason": "FieldManagerConflict",
+                    "message": f'conflict with "{m}"',
+                    "field": dotted(p),
+                }
+                for m, p in error.conflicts
+            ]
+            details = target(resource, name).details(resource.plural)
+            details["causes"] = causes
+            raise ApiError(409, str(error), details=details) from error
+        obj = self._check_type(resource, merged)
         self._check_namespace(resource, namespace, obj["metadata"])
         return self._replace(resource, old, obj, subresource)
 
