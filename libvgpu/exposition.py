@@ -47,6 +47,11 @@ def gauge_header(name: str, documentation: str) -> str:
     return f"# HELP {name} {escape_help(documentation)}\n# TYPE {name} gauge\n"
 
 
+def series_prefix(name: str, labels: str) -> str:
+    """What a sample line starts with: a series' lines differ only in the value after it."""
+    return f"{name}{labels} "
+
+
 def sample(name: str, labels: str, value: float) -> str:
     """One sample line; `labels` is a `label_set` string, shareable across families."""
-    return f"{name}{labels} {format_value(value)}\n"
+    return f"{series_prefix(name, labels)}{format_value(value)}\n"

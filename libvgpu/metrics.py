@@ -24,12 +24,12 @@ Where HAMi's `cmd/vGPUmonitor/metrics.go` decides a value, so do we:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
 from libvgpu.cache_files import CacheFiles, CacheReading
-from libvgpu.exposition import gauge_header, label_set, sample
+from libvgpu.exposition import format_value, gauge_header, label_set, sample, series_prefix
 from libvgpu.host_gpus import HostGpu, HostGpuBackend
 from libvgpu.owners import Owner, OwnerResolver
 from libvgpu.region_reader import DeviceUsage, RegionSnapshot
@@ -56,7 +56,8 @@ LEGACY_CONTAINER_LABELS = (
     "deviceuuid",
     "claim_uid",
 )
-LEGACY_MEMORY_DESC_LABELS = (*LEGACY_CONTAINER_LABELS, "context", "module", "data", "offset")
+LEGACY_MEMORY_DESC_EXTRA_LABELS = ("context", "module", "data", "offset")
+"""`Device_memory_desc_of_container` adds these byte counts to the legacy container labels."""
 _UINT64 = 1 << 64
 _INT64_MAX = (1 << 63) - 1
 
@@ -161,6 +162,42 @@ class _Lines:
         self.by_family[family].append(sample(FAMILIES[family].name, labels, value))
 
 
+_CONTAINER_FAMILIES = (
+    Family.USED,
+    Family.LIMIT,
+    Family.CONTAINER_MEMORY,
+    Family.CONTAINER_UTILIZATION,
+    Family.CONTEXT,
+    Family.MODULE,
+    Family.BUFFER,
+)
+_LEGACY_CONTAINER_FAMILIES = (
+    Family.LEGACY_USED,
+    Family.LEGACY_LIMIT,
+    Family.LEGACY_UTILIZATION_DESC,
+)
+
+SeriesKey = tuple[Owner, int, str]
+"""Owner, device index and device UUID: what a container series' labels are made of."""
+
+
+@dataclass(frozen=True)
+class _SeriesText:
+    """The fixed start of each of one series' lines (`name{labels} `), built once and kept
+    while the series exists, so a file whose values changed only formats the values."""
+
+    prefixes: tuple[str, ...]
+    """In `_CONTAINER_FAMILIES` order."""
+
+    last_kernel: str
+    legacy_prefixes: tuple[str, ...]
+    """In `_LEGACY_CONTAINER_FAMILIES` order; empty without `--legacy-metrics`."""
+
+    legacy_last_kernel: str
+    legacy_memory_labels: str
+    """The legacy label set without its closing brace; the byte counts complete it."""
+
+
 @dataclass(frozen=True)
 class _FileText:
     """One cache file's rendered lines and what they were rendered from."""
@@ -169,6 +206,26 @@ class _FileText:
     owners: tuple[Owner, ...]
     elapsed: int | None
     by_family: tuple[str, ...]
+    series: dict[SeriesKey, _SeriesText]
+
+
+def _series_text(key: SeriesKey, legacy: bool) -> _SeriesText:
+    owner, index, uuid = key
+    values = (ZONE, owner.namespace, owner.pod, owner.container, str(index), uuid, owner.claim_uid)
+    labels = label_set(CONTAINER_LABELS, values)
+    legacy_labels = label_set(LEGACY_CONTAINER_LABELS, values) if legacy else ""
+    legacy_families = _LEGACY_CONTAINER_FAMILIES if legacy else ()
+    return _SeriesText(
+        prefixes=tuple(
+            series_prefix(FAMILIES[family].name, labels) for family in _CONTAINER_FAMILIES
+        ),
+        last_kernel=series_prefix(FAMILIES[Family.LAST_KERNEL].name, labels),
+        legacy_prefixes=tuple(
+            series_prefix(FAMILIES[family].name, legacy_labels) for family in legacy_families
+        ),
+        legacy_last_kernel=series_prefix(FAMILIES[Family.LEGACY_LAST_KERNEL].name, legacy_labels),
+        legacy_memory_labels=legacy_labels[:-1],
+    )
 
 
 def last_kernel_elapsed(last_kernel_time: int, now: float) -> int | None:
@@ -227,7 +284,7 @@ class VgpuMetrics:
                 or text.owners != owners
                 or text.elapsed != elapsed
             ):
-                text = self._render_file(reading, owners, elapsed)
+                text = self._render_file(reading, owners, elapsed, text)
             texts[reading.path] = text
             for section, chunk in zip(sections, text.by_family, strict=True):
                 section.append(chunk)
@@ -254,61 +311,74 @@ class VgpuMetrics:
             lines.add(Family.LEGACY_HOST_UTILIZATION, legacy, gpu.utilization_percent)
 
     def _render_file(
-        self, reading: CacheReading, owners: tuple[Owner, ...], elapsed: int | None
+        self,
+        reading: CacheReading,
+        owners: tuple[Owner, ...],
+        elapsed: int | None,
+        previous: _FileText | None,
     ) -> _FileText:
+        kept = previous.series if previous is not None else {}
+        series: dict[SeriesKey, _SeriesText] = {}
         lines = _Lines()
         for owner in owners:
             for device in reading.snapshot.devices:
-                if device.uuid:
-                    self._add_device(lines, owner, device, elapsed)
+                if not device.uuid:
+                    continue
+                key = (owner, device.index, device.uuid)
+                text = kept.get(key)
+                if text is None:
+                    text = _series_text(key, self._legacy)
+                series[key] = text
+                self._add_device(lines, text, device, elapsed)
         return _FileText(
             reading.snapshot,
             owners,
             elapsed,
             tuple("".join(family_lines) for family_lines in lines.by_family),
+            series,
         )
 
     def _add_device(
-        self, lines: _Lines, owner: Owner, device: DeviceUsage, elapsed: int | None
+        self, lines: _Lines, text: _SeriesText, device: DeviceUsage, elapsed: int | None
     ) -> None:
+        by_family = lines.by_family
         values = (
-            ZONE,
-            owner.namespace,
-            owner.pod,
-            owner.container,
-            str(device.index),
-            device.uuid,
-            owner.claim_uid,
+            device.used_bytes,
+            device.limit_bytes,
+            device.used_bytes,
+            device.sm_util,
+            device.context_bytes,
+            device.module_bytes,
+            device.data_bytes,
         )
-        labels = label_set(CONTAINER_LABELS, values)
-        lines.add(Family.USED, labels, device.used_bytes)
-        lines.add(Family.LIMIT, labels, device.limit_bytes)
-        lines.add(Family.CONTAINER_MEMORY, labels, device.used_bytes)
-        lines.add(Family.CONTAINER_UTILIZATION, labels, device.sm_util)
-        lines.add(Family.CONTEXT, labels, device.context_bytes)
-        lines.add(Family.MODULE, labels, device.module_bytes)
-        lines.add(Family.BUFFER, labels, device.data_bytes)
+        for family, prefix, value in zip(_CONTAINER_FAMILIES, text.prefixes, values, strict=True):
+            by_family[family].append(prefix + format_value(value) + "\n")
         if elapsed is not None:
-            lines.add(Family.LAST_KERNEL, labels, elapsed)
+            by_family[Family.LAST_KERNEL].append(text.last_kernel + format_value(elapsed) + "\n")
         if self._legacy:
-            _add_legacy_device(lines, values, device, elapsed)
+            _add_legacy_device(lines, text, device, elapsed)
 
 
 def _add_legacy_device(
-    lines: _Lines, values: Sequence[str], device: DeviceUsage, elapsed: int | None
+    lines: _Lines, text: _SeriesText, device: DeviceUsage, elapsed: int | None
 ) -> None:
-    labels = label_set(LEGACY_CONTAINER_LABELS, values)
-    lines.add(Family.LEGACY_USED, labels, device.used_bytes)
-    lines.add(Family.LEGACY_LIMIT, labels, device.limit_bytes)
+    by_family = lines.by_family
+    values = (device.used_bytes, device.limit_bytes, device.sm_util)
+    for family, prefix, value in zip(
+        _LEGACY_CONTAINER_FAMILIES, text.legacy_prefixes, values, strict=True
+    ):
+        by_family[family].append(prefix + format_value(value) + "\n")
+    if elapsed is not None:
+        by_family[Family.LEGACY_LAST_KERNEL].append(
+            text.legacy_last_kernel + format_value(elapsed) + "\n"
+        )
     offset = (
         device.used_bytes - device.context_bytes - device.module_bytes - device.data_bytes
     ) % _UINT64
-    memory = (device.context_bytes, device.module_bytes, device.data_bytes, offset)
-    lines.add(
-        Family.LEGACY_MEMORY_DESC,
-        label_set(LEGACY_MEMORY_DESC_LABELS, (*values, *map(str, memory))),
-        device.used_bytes,
+    memory = zip(
+        LEGACY_MEMORY_DESC_EXTRA_LABELS,
+        (device.context_bytes, device.module_bytes, device.data_bytes, offset),
+        strict=True,
     )
-    lines.add(Family.LEGACY_UTILIZATION_DESC, labels, device.sm_util)
-    if elapsed is not None:
-        lines.add(Family.LEGACY_LAST_KERNEL, labels, elapsed)
+    labels = text.legacy_memory_labels + "".join(f',{name}="{count}"' for name, count in memory)
+    lines.add(Family.LEGACY_MEMORY_DESC, labels + "}", device.used_bytes)
