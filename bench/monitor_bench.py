@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import mmap
 import os
 import statistics
 import struct
@@ -87,24 +88,28 @@ async def timed_async(action: Callable[[], Awaitable[object]]) -> float:
 
 
 class UsageChanger:
-    """Bumps slot 0's used bytes in every file under its seqlock, as libvgpu's hooks do, so
-    the next read finds every file changed (a busy node: nothing can be reused)."""
+    """Bumps slot 0's used bytes in every file under its seqlock, through a shared mapping
+    as libvgpu's hooks do (so no inotify events), and the next read finds every file
+    changed: a busy node, where nothing read before can be reused."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._paths = paths
+        self._maps = []
+        for path in paths:
+            with open(path, "r+b") as handle:
+                self._maps.append(mmap.mmap(handle.fileno(), FILE_SIZE))
         self._round = 0
 
     def change_all(self) -> None:
         self._round += 1
-        for path in self._paths:
-            descriptor = os.open(path, os.O_RDWR)
-            try:
-                seqlock = struct.unpack("<Q", os.pread(descriptor, 8, PROCS + SEQLOCK))[0]
-                os.pwrite(descriptor, struct.pack("<Q", seqlock + 1), PROCS + SEQLOCK)
-                os.pwrite(descriptor, struct.pack("<Q", GIB + self._round), PROCS + 8 + 32)
-                os.pwrite(descriptor, struct.pack("<Q", seqlock + 2), PROCS + SEQLOCK)
-            finally:
-                os.close(descriptor)
+        for region in self._maps:
+            seqlock = struct.unpack_from("<Q", region, PROCS + SEQLOCK)[0]
+            struct.pack_into("<Q", region, PROCS + SEQLOCK, seqlock + 1)
+            struct.pack_into("<Q", region, PROCS + 8 + 32, GIB + self._round)
+            struct.pack_into("<Q", region, PROCS + SEQLOCK, seqlock + 2)
+
+    def close(self) -> None:
+        for region in self._maps:
+            region.close()
 
 
 def reservations(index: int, shared: int) -> list[dict[str, str]]:
@@ -167,6 +172,7 @@ async def bench(
             reads_unchanged = timed(monitor.files.read_all, scrapes)
             reads_changed = timed(monitor.files.read_all, scrapes, before=changer.change_all)
             renders_changed = timed(monitor.metrics.render, scrapes, before=changer.change_all)
+            changer.close()
             series = sum(
                 1 for line in body.decode().splitlines() if line.startswith("hami_vgpu_memory_used")
             )
