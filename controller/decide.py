@@ -1,0 +1,119 @@
+"""Decide where a pod's claims go: node predicates, the engine, request policies. Pure.
+
+The engine is the controller's own view of the cluster (inventory minus
+usage); deciding never writes anything. A variant (firstAvailable choice,
+matchAttribute value) is tried in order; a node the engine picks but whose
+devices cannot serve the request policy or a distinctAttribute constraint is
+dropped and the engine asked again, so the answer is always a placement that
+can be written as it is, or the per-node reasons why none exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.allocation import PlannedResult, plan_results
+from controller.inventory import Inventory
+from controller.requests import PodVariant
+from dra_driver.engine.engine import Engine, Placement
+from dra_driver.engine.reasons import summarize_failures
+
+DISTINCT_ATTRIBUTE_CONFLICT = "DistinctAttributeConstraintNotMet"
+MAX_EVENT_MESSAGE = 1024
+"""events.k8s.io/v1 refuses a longer note; core Events are kept to the same size."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodAllocation:
+    """The node, the variant chosen, the engine placement and each claim's results."""
+
+    node: str
+    variant: PodVariant
+    placement: Placement
+    results: Sequence[Sequence[PlannedResult]]
+
+
+@dataclass(frozen=True, slots=True)
+class NoFit:
+    """Why no node fits: per node, HAMi's `k/N Reason` or a node predicate."""
+
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        return no_fit_message(self.reasons)
+
+
+def no_fit_message(reasons: Mapping[str, str]) -> str:
+    """HAMi's FilteringFailed summary, then each node's own reasons, bounded in size."""
+    head = summarize_failures(reasons)
+    details = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
+    text = f"{head}. {details}" if details else head
+    return text if len(text) <= MAX_EVENT_MESSAGE else text[: MAX_EVENT_MESSAGE - 3] + "..."
+
+
+def _distinct_conflict(variant: PodVariant, results: Sequence[Sequence[PlannedResult]]) -> bool:
+    for claim_variant, claim_results in zip(variant.claims, results, strict=True):
+        devices = (claim_variant.claim.get("spec") or {}).get("devices") or {}
+        for constraint in devices.get("constraints") or []:
+            attribute = constraint.get("distinctAttribute")
+            if not attribute:
+                continue
+            scope = set(constraint.get("requests") or ())
+            values = [
+                repr(r.device.attribute(attribute))
+                for r in claim_results
+                if not scope or r.request in scope or r.request.split("/")[0] in scope
+            ]
+            if len(values) != len(set(values)):
+                return True
+    return False
+
+
+def decide_pod(
+    engine: Engine,
+    variants: Sequence[PodVariant],
+    inventory: Inventory,
+    candidates: Collection[str],
+    refused: Mapping[str, str],
+) -> PodAllocation | NoFit:
+    """The first variant that fits on a candidate node, or every node's reasons.
+
+    `candidates` are the inventory nodes that pass the pod's node predicates;
+    `refused` holds the reason of every node that did not (reported as is).
+    """
+    first_failures: dict[str, str] | None = None
+    for variant in variants:
+        allowed = set(candidates)
+        failures: dict[str, str] = {}
+        while allowed:
+            decision = engine.decide(variant.request, allowed)
+            placement = decision.placement
+            if placement is None:
+                failures.update(decision.failures)
+                break
+            planned = plan_results(variant, placement, inventory)
+            if isinstance(planned, str):
+                failures[placement.node] = planned
+            elif _distinct_conflict(variant, planned):
+                failures[placement.node] = DISTINCT_ATTRIBUTE_CONFLICT
+            else:
+                return PodAllocation(placement.node, variant, placement, planned)
+            allowed.discard(placement.node)
+        if first_failures is None:
+            first_failures = failures
+    return NoFit({**refused, **(first_failures or {})})
+
+
+def claim_pod_keys(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """(pod claim entry name, ResourceClaim name or None while a template's claim is not made)."""
+    generated = {
+        status.get("name"): status.get("resourceClaimName")
+        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    return [
+        (entry.get("name"), entry.get("resourceClaimName") or generated.get(entry.get("name")))
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+    ]

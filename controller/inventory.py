@@ -1,0 +1,248 @@
+"""The controller's view of the devices: ResourceSlices -> the engine's nodes,
+allocated claims -> the engine's usage. Pure: plain dicts in, dataclasses out.
+
+Only the newest generation of a complete pool counts (what kube-scheduler
+does). A device's engine identity is its `uuid` attribute, so usage written
+by anyone (kube-scheduler, an older controller) is charged to the right card
+by (driver, pool, device); a result naming a device the inventory no longer
+has is ignored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from api.quantity import MIB, QuantityError, parse_quantity
+from dra_driver.engine.model import Device, DeviceUsage, Node
+from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
+from dra_driver.engine.vendors import VendorRegistry
+
+DeviceKey = tuple[str, str, str]
+"""(driver, pool, device name): how allocation results name a device."""
+
+SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedDevice:
+    """One device of a usable pool, with what the engine and CEL need to know."""
+
+    driver: str
+    pool: str
+    node: str
+    spec: Mapping[str, Any]
+    slice_uid: str
+    slice_generation: int
+    uuid: str
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+    @property
+    def cache_key(self) -> tuple[str, int, str]:
+        """Names this version of the device for the CEL result cache."""
+        return (self.slice_uid, self.slice_generation, self.name)
+
+    def attribute(self, name: str) -> Any:
+        """An attribute's value by its short or fully qualified name, or None."""
+        attributes = self.spec.get("attributes") or {}
+        short = name.removeprefix(f"{self.driver}/")
+        entry = attributes.get(short) or attributes.get(f"{self.driver}/{short}")
+        if not entry:
+            return None
+        return next(iter(entry.values()))
+
+    def capacity(self) -> dict[str, Mapping[str, Any]]:
+        """Capacities by short name."""
+        return {
+            name.removeprefix(f"{self.driver}/"): entry
+            for name, entry in (self.spec.get("capacity") or {}).items()
+        }
+
+
+@dataclass(slots=True)
+class Inventory:
+    """Nodes for the engine and the published device behind every engine device."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    by_uuid: dict[str, PublishedDevice] = field(default_factory=dict)
+    by_key: dict[DeviceKey, PublishedDevice] = field(default_factory=dict)
+
+
+def capacity_value(entry: Mapping[str, Any]) -> Decimal:
+    return parse_quantity(str(entry["value"]))
+
+
+def engine_device(device: PublishedDevice, ignored_taints: frozenset[str]) -> Device:
+    """HAMi's DeviceInfo from the published device: memory in MiB, cores, split count.
+
+    A NoSchedule/NoExecute taint (other than the controller's own allocation
+    taint) makes the card unhealthy for the engine, as an unhealthy GPU is.
+    """
+    capacity = device.capacity()
+    memory = capacity.get("memory")
+    cores = capacity.get("cores")
+    shares = capacity.get("shares")
+    tainted = any(
+        taint.get("effect") in SCHEDULING_EFFECTS and taint.get("key") not in ignored_taints
+        for taint in device.spec.get("taints") or []
+    )
+    numa = device.attribute("numa")
+    index = device.attribute("index")
+    return Device(
+        id=device.uuid,
+        index=int(index) if isinstance(index, int) else 0,
+        type=str(device.attribute("type") or device.attribute("productName") or ""),
+        count=int(capacity_value(shares)) if shares else 1,
+        memory_mib=int(capacity_value(memory)) // MIB if memory else 0,
+        cores=int(capacity_value(cores)) if cores else 100,
+        numa=int(numa) if isinstance(numa, int) else 0,
+        healthy=not tainted,
+    )
+
+
+def build_inventory(
+    slices: Iterable[Mapping[str, Any]],
+    driver: str,
+    ignored_taints: frozenset[str] = frozenset(),
+) -> Inventory:
+    """The usable devices of `driver`, per node (node-local slices only)."""
+    pools: dict[str, list[Mapping[str, Any]]] = {}
+    for item in slices:
+        spec = item.get("spec") or {}
+        if spec.get("driver") != driver or not spec.get("nodeName"):
+            continue
+        pools.setdefault(spec["pool"]["name"], []).append(item)
+    inventory = Inventory()
+    for pool, items in sorted(pools.items()):
+        newest = max(int(i["spec"]["pool"]["generation"]) for i in items)
+        current = [i for i in items if int(i["spec"]["pool"]["generation"]) == newest]
+        if len(current) != int(current[0]["spec"]["pool"].get("resourceSliceCount", 1)):
+            continue
+        node_name = current[0]["spec"]["nodeName"]
+        devices: list[Device] = []
+        for item in current:
+            for spec in item["spec"].get("devices") or []:
+                published = PublishedDevice(
+                    driver=driver,
+                    pool=pool,
+                    node=node_name,
+                    spec=spec,
+                    slice_uid=str(item["metadata"].get("uid", "")),
+                    slice_generation=newest,
+                    uuid="",
+                )
+                uuid = str(published.attribute("uuid") or f"{pool}/{published.name}")
+                published = PublishedDevice(
+                    driver, pool, node_name, spec, published.slice_uid, newest, uuid
+                )
+                try:
+                    devices.append(engine_device(published, ignored_taints))
+                except (QuantityError, KeyError, ValueError):
+                    continue
+                inventory.by_uuid[uuid] = published
+                inventory.by_key[published.key] = published
+        previous = inventory.nodes.get(node_name)
+        merged = (*previous.devices, *devices) if previous else tuple(devices)
+        inventory.nodes[node_name] = Node(node_name, tuple(sorted(merged, key=lambda d: d.index)))
+    return inventory
+
+
+def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUsage:
+    """What one allocation result holds on a device, in the engine's units.
+
+    A result without consumedCapacity (a whole device, allocated without
+    sharing) holds every slot, all memory and all cores.
+    """
+    consumed = result.get("consumedCapacity")
+    if not result.get("shareID") or not consumed:
+        whole = engine_device(device, frozenset())
+        return DeviceUsage(whole.count, whole.memory_mib, whole.cores)
+    amounts: dict[str, Decimal] = {}
+    for name, quantity in consumed.items():
+        try:
+            amounts[name.removeprefix(f"{device.driver}/")] = parse_quantity(str(quantity))
+        except QuantityError:
+            continue
+    memory = amounts.get("memory", Decimal(0))
+    return DeviceUsage(
+        used=max(int(amounts.get("shares", Decimal(1))), 1),
+        memory_mib=int(-(-memory // MIB)),
+        cores=int(amounts.get("cores", Decimal(0))),
+    )
+
+
+def claim_usage(
+    claim: Mapping[str, Any], inventory: Inventory
+) -> list[tuple[PublishedDevice, DeviceUsage]]:
+    """Every result of the claim's allocation that names a device in the inventory."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    found = []
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        device = inventory.by_key.get(
+            (result.get("driver"), result.get("pool"), result.get("device"))
+        )
+        if device is not None:
+            found.append((device, result_usage(result, device)))
+    return found
+
+
+def usage_by_node(
+    claims: Sequence[Mapping[str, Any]], inventory: Inventory
+) -> dict[str, dict[str, DeviceUsage]]:
+    """Per node, per device uuid: the sum over every allocated claim."""
+    usage: dict[str, dict[str, DeviceUsage]] = {}
+    for claim in claims:
+        for device, amount in claim_usage(claim, inventory):
+            on_node = usage.setdefault(device.node, {})
+            on_node[device.uuid] = on_node.get(device.uuid, DeviceUsage()).plus(amount)
+    return usage
+
+
+def quota_ledger(
+    quotas: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    inventory: Inventory,
+    vendors: VendorRegistry,
+) -> QuotaLedger:
+    """HAMi's namespace quota (`limits.<vendor memory>` in MiB, `limits.<vendor cores>`)
+    from ResourceQuotas, with what the namespace's allocated claims already hold."""
+    ledger = QuotaLedger()
+    for quota in quotas:
+        namespace = (quota.get("metadata") or {}).get("namespace") or ""
+        hard = (quota.get("spec") or {}).get("hard") or {}
+        for vendor in vendors:
+            memory_key = f"limits.{vendor.resources.memory}"
+            cores_key = f"limits.{vendor.resources.cores}"
+            if memory_key not in hard and cores_key not in hard:
+                continue
+            try:
+                memory = int(parse_quantity(str(hard[memory_key]))) if memory_key in hard else None
+                cores = int(parse_quantity(str(hard[cores_key]))) if cores_key in hard else None
+            except QuantityError:
+                continue
+            entry = ledger.quotas.setdefault((namespace, vendor.name), NamespaceQuota())
+            entry.memory_limit_mib = _tighter(entry.memory_limit_mib, memory, vendor.memory_factor)
+            entry.cores_limit = _tighter(entry.cores_limit, cores, 1)
+    for claim in claims:
+        namespace = (claim.get("metadata") or {}).get("namespace") or ""
+        for device, amount in claim_usage(claim, inventory):
+            vendor = next((v for v in vendors if v.matches(str(device.attribute("type")))), None)
+            if vendor is not None:
+                ledger.charge(namespace, vendor.name, amount.memory_mib, amount.cores)
+    return ledger
+
+
+def _tighter(current: int | None, limit: int | None, factor: int) -> int | None:
+    if limit is None:
+        return current
+    scaled = limit * factor
+    return scaled if current is None else min(current, scaled)

@@ -1,0 +1,160 @@
+"""The controller's Prometheus metrics, bound to an injected registry (no globals).
+
+HAMi's scheduler metrics (reference/hami-protocol.md §8), computed at scrape
+time from the controller's own view (inventory and usage), with HAMi's names,
+labels and the `zone="vGPU"` label; plus the controller's own: allocation
+latency, the engine's decision time, pending claims and failures by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from api.quantity import MIB
+from controller.inventory import Inventory
+from dra_driver.engine.model import DeviceUsage
+
+ZONE = "vGPU"
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+DEVICE_LABELS = ("node", "device_uuid", "device_index", "device_type", "zone")
+VGPU_LABELS = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+
+
+@dataclass(frozen=True, slots=True)
+class ShareRecord:
+    """One allocated share, for the per-pod `hami_vgpu_*` series."""
+
+    namespace: str
+    node: str
+    pod: str
+    container_index: int
+    device_uuid: str
+    memory_bytes: int
+    cores: int
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSnapshot:
+    """What the collector reads: the inventory, usage per node and uuid, the shares."""
+
+    inventory: Inventory = field(default_factory=Inventory)
+    usage: Mapping[str, Mapping[str, DeviceUsage]] = field(default_factory=dict)
+    shares: Sequence[ShareRecord] = ()
+
+
+class HamiSchedulerCollector(Collector):
+    """HAMi's per-device and per-share gauges from a snapshot function."""
+
+    def __init__(self, snapshot: Callable[[], ViewSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        view = self._snapshot()
+        limit = GaugeMetricFamily(
+            "hami_gpu_memory_limit_bytes", "GPU device memory limit", labels=DEVICE_LABELS
+        )
+        core_limit = GaugeMetricFamily(
+            "hami_gpu_core_limit_ratio", "GPU device core limit", labels=DEVICE_LABELS
+        )
+        shared = GaugeMetricFamily(
+            "hami_gpu_shared_count", "Number of shares on the GPU device", labels=DEVICE_LABELS
+        )
+        cores = GaugeMetricFamily(
+            "hami_gpu_core_allocated_ratio", "GPU device cores allocated", labels=DEVICE_LABELS
+        )
+        memory_ratio = GaugeMetricFamily(
+            "hami_node_gpu_memory_allocated_ratio",
+            "GPU device memory allocated ratio",
+            labels=DEVICE_LABELS,
+        )
+        memory = GaugeMetricFamily(
+            "hami_gpu_memory_allocated_bytes",
+            "GPU device memory allocated",
+            labels=(*DEVICE_LABELS, "device_cores"),
+        )
+        for node_name, node in sorted(view.inventory.nodes.items()):
+            usage = view.usage.get(node_name, {})
+            for device in node.devices:
+                used = usage.get(device.id, DeviceUsage())
+                labels = [node_name, device.id, str(device.index), device.type, ZONE]
+                limit.add_metric(labels, device.memory_mib * MIB)
+                core_limit.add_metric(labels, device.cores)
+                shared.add_metric(labels, used.used)
+                cores.add_metric(labels, used.cores)
+                ratio = used.memory_mib / device.memory_mib if device.memory_mib else 0.0
+                memory_ratio.add_metric(labels, ratio)
+                memory.add_metric([*labels, str(device.cores)], used.memory_mib * MIB)
+        vgpu_memory = GaugeMetricFamily(
+            "hami_vgpu_memory_allocated_bytes", "vGPU memory allocated", labels=VGPU_LABELS
+        )
+        vgpu_cores = GaugeMetricFamily(
+            "hami_vgpu_core_allocated_ratio", "vGPU cores allocated", labels=VGPU_LABELS
+        )
+        for share in view.shares:
+            labels = [
+                share.namespace,
+                share.node,
+                share.pod,
+                str(share.container_index),
+                share.device_uuid,
+                ZONE,
+            ]
+            vgpu_memory.add_metric(labels, share.memory_bytes)
+            vgpu_cores.add_metric(labels, share.cores)
+        yield from (limit, core_limit, shared, cores, memory_ratio, memory, vgpu_memory, vgpu_cores)
+
+
+class ControllerMetrics:
+    """The controller's own series, plus HAMi's collector once a view is attached."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.allocation_latency = Histogram(
+            "vgpu_controller_allocation_seconds",
+            "From first seeing a pod's unallocated claims to their allocation being written.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.decision_latency = Histogram(
+            "vgpu_controller_decision_seconds",
+            "Time the engine took to decide one pod's claims (fit or no fit).",
+            buckets=DECISION_BUCKETS,
+            registry=registry,
+        )
+        self.allocations = Counter(
+            "vgpu_controller_allocations",
+            "Claims allocated by this controller.",
+            registry=registry,
+        )
+        self.failures = Counter(
+            "vgpu_controller_failures",
+            "Pods whose claims could not be allocated, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.pending_claims = Gauge(
+            "vgpu_controller_pending_claims",
+            "Unallocated claims of this driver that a pending pod waits for.",
+            registry=registry,
+        )
+        self._collector: HamiSchedulerCollector | None = None
+
+    def attach_view(self, snapshot: Callable[[], ViewSnapshot]) -> None:
+        """Serve HAMi's device metrics from `snapshot` (replacing an earlier view)."""
+        self.detach_view()
+        self._collector = HamiSchedulerCollector(snapshot)
+        self.registry.register(self._collector)
+
+    def detach_view(self) -> None:
+        if self._collector is not None:
+            self.registry.unregister(self._collector)
+            self._collector = None

@@ -1,0 +1,151 @@
+"""Which nodes a pod may go to at all: kube-scheduler's node predicates, pure.
+
+The controller picks a node when it allocates, and kube-scheduler must then
+be able to put the pod there; a node that fails one of these checks would
+leave the pod Pending with a claim allocated on the wrong node. The reasons
+are kube-scheduler's wording so events read the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from api.quantity import QuantityError, parse_quantity
+
+NODE_UNSCHEDULABLE = "node(s) were unschedulable"
+SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+NODE_NAME_MISMATCH = "node(s) didn't match the requested node name"
+TOO_MANY_PODS = "Too many pods"
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
+    operator, values = requirement.get("operator"), requirement.get("values") or []
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    if value is None or not values:
+        return False
+    try:
+        if operator == "Gt":
+            return int(value) > int(values[0])
+        return operator == "Lt" and int(value) < int(values[0])
+    except ValueError:
+        return False
+
+
+def node_selector_matches(node: Mapping[str, Any], selector: Mapping[str, Any] | None) -> bool:
+    """A v1 NodeSelector: terms are ORed, the requirements of a term ANDed."""
+    if not selector:
+        return True
+    labels = node["metadata"].get("labels") or {}
+    fields = {"metadata.name": node["metadata"]["name"]}
+    for term in selector.get("nodeSelectorTerms") or []:
+        expressions = term.get("matchExpressions") or []
+        matched_fields = term.get("matchFields") or []
+        if not expressions and not matched_fields:
+            continue
+        if all(_requirement_met(r, labels.get(r.get("key"))) for r in expressions) and all(
+            _requirement_met(r, fields.get(r.get("key"))) for r in matched_fields
+        ):
+            return True
+    return False
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+def untolerated_taint(
+    taints: Iterable[Mapping[str, Any]], tolerations: Sequence[Mapping[str, Any]]
+) -> Mapping[str, Any] | None:
+    """The first NoSchedule/NoExecute taint that no toleration covers."""
+    for taint in taints:
+        if taint.get("effect") in SCHEDULING_EFFECTS and not any(
+            _tolerates(t, taint) for t in tolerations
+        ):
+            return taint
+    return None
+
+
+def _amount(quantity: Any) -> Decimal:
+    try:
+        return parse_quantity(str(quantity))
+    except QuantityError:
+        return Decimal(0)
+
+
+def pod_resource_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective requests: the larger of the app containers' sum and any init container."""
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = total.get(name, Decimal(0)) + _amount(quantity)
+    for container in spec.get("initContainers") or []:
+        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[name] = max(total.get(name, Decimal(0)), _amount(quantity))
+    return total
+
+
+def requests_total(pods: Iterable[Mapping[str, Any]]) -> dict[str, Decimal]:
+    """What `pods` request together (their effective requests summed)."""
+    used: dict[str, Decimal] = {}
+    for other in pods:
+        for resource, amount in pod_resource_requests(other).items():
+            used[resource] = used.get(resource, Decimal(0)) + amount
+    return used
+
+
+def node_refusal(
+    pod: Mapping[str, Any],
+    node: Mapping[str, Any],
+    pods_on_node: int,
+    used: Mapping[str, Decimal],
+) -> str | None:
+    """Why kube-scheduler would not put `pod` on `node`, or None.
+
+    `pods_on_node` counts the node's pods that still hold resources (not
+    finished) and `used` is what they request together (`requests_total`).
+    """
+    spec = pod.get("spec") or {}
+    name = node["metadata"]["name"]
+    if spec.get("nodeName") and spec["nodeName"] != name:
+        return NODE_NAME_MISMATCH
+    if (node.get("spec") or {}).get("unschedulable"):
+        return NODE_UNSCHEDULABLE
+    taint = untolerated_taint(
+        (node.get("spec") or {}).get("taints") or [], spec.get("tolerations") or []
+    )
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint.get('key')}: {taint.get('value', '')}}}"
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+        return SELECTOR_MISMATCH
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required and not node_selector_matches(node, required):
+        return SELECTOR_MISMATCH
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    if "pods" in allocatable and pods_on_node + 1 > _amount(allocatable["pods"]):
+        return TOO_MANY_PODS
+    for resource, amount in sorted(pod_resource_requests(pod).items()):
+        if resource in allocatable and used.get(resource, Decimal(0)) + amount > _amount(
+            allocatable[resource]
+        ):
+            return f"Insufficient {resource}"
+    return None

@@ -1,0 +1,272 @@
+"""A pending pod's unallocated claims -> the engine requests to try, in order. Pure.
+
+`dra_driver.claim_workloads.claim_request` turns one `exactly`-only claim into
+engine requests (capacity requests and VGPUConfig). This module adds what a
+DRA allocator needs around it:
+
+- `firstAvailable`: every combination of subrequests, first preferred, each
+  written as an `exactly` request; results are named `<request>/<subrequest>`.
+- CEL selectors of the DeviceClass and the request: evaluated per published
+  device through the shared `dra_driver.dra_cel` evaluator (results cached
+  per slice generation) and handed to the engine as a uuid filter, so HAMi's
+  fit rules, scores and reasons stay the engine's.
+- `matchAttribute` constraints: one variant per attribute value, restricted
+  to the devices that carry it.
+- All claims of one pod become one engine request (one "container" per claim
+  request), so they land on one node, as HAMi fits one pod.
+
+An unusable claim raises `InvalidParameterError` naming the claim and field.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from api import hami_annotations as keys
+from api.vgpu_config import VGPUConfig, VGPUConfigError, parse_vgpu_config
+from controller.inventory import Inventory, PublishedDevice
+from dra_driver.claim_workloads import claim_request
+from dra_driver.engine.requests import (
+    ContainerRequest,
+    DeviceRequest,
+    PodRequest,
+    parse_scoring_weights,
+)
+from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.errors import InvalidParameterError
+
+MAX_VARIANTS = 64
+"""Combinations tried per pod (firstAvailable x matchAttribute); later ones are dropped."""
+
+NO_DEVICE = "-"
+"""A uuid no device has: a request whose selectors match nothing fits nowhere."""
+
+SelectorMatch = Callable[[str, PublishedDevice], bool]
+"""(CEL expression, device) -> bool; raises dra_cel errors for bad expressions."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVariant:
+    """One way to satisfy one claim: engine containers and the result name of each."""
+
+    claim: Mapping[str, Any]
+    containers: tuple[ContainerRequest, ...]
+    result_names: tuple[str, ...]
+    class_names: tuple[str, ...]
+    gpu_policy: str | None
+    node_policy: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodVariant:
+    """One engine request for all of a pod's claims, and which containers are whose."""
+
+    request: PodRequest
+    claims: tuple[ClaimVariant, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """What building requests reads besides the claim."""
+
+    driver: str
+    device_classes: Mapping[str, str]
+    classes: Mapping[str, Mapping[str, Any]]
+    inventory: Inventory
+    selector_match: SelectorMatch
+    vendors: VendorRegistry
+
+
+def claim_name(claim: Mapping[str, Any]) -> str:
+    metadata = claim.get("metadata") or {}
+    return f"{metadata.get('namespace')}/{metadata.get('name')} ({metadata.get('uid', '')})"
+
+
+def class_vgpu_configs(
+    classes: Mapping[str, Mapping[str, Any]], driver: str
+) -> dict[str, list[VGPUConfig]]:
+    """Each DeviceClass's own VGPUConfig parameters (those addressed to `driver`)."""
+    result: dict[str, list[VGPUConfig]] = {}
+    for name, device_class in classes.items():
+        for position, entry in enumerate((device_class.get("spec") or {}).get("config") or []):
+            opaque = entry.get("opaque") or {}
+            if opaque.get("driver") != driver:
+                continue
+            where = f"DeviceClass {name} spec.config[{position}].opaque.parameters"
+            try:
+                config = parse_vgpu_config(opaque.get("parameters") or {}, where)
+            except VGPUConfigError as error:
+                raise InvalidParameterError(where, str(error)) from None
+            result.setdefault(name, []).append(config)
+    return result
+
+
+def _request_options(request: Mapping[str, Any], where: str) -> list[tuple[str, dict[str, Any]]]:
+    """(result name, exactly-shaped body) for each way the request can be met."""
+    name = request.get("name") or ""
+    if request.get("exactly") is not None:
+        return [(name, dict(request["exactly"]))]
+    subrequests = request.get("firstAvailable") or []
+    if not subrequests:
+        raise InvalidParameterError(where, "needs `exactly` or `firstAvailable`")
+    return [
+        (f"{name}/{sub.get('name', '')}", {k: v for k, v in sub.items() if k != "name"})
+        for sub in subrequests
+    ]
+
+
+def _selectors(exactly: Mapping[str, Any], classes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    device_class = classes.get(exactly.get("deviceClassName") or "") or {}
+    entries = [
+        *((device_class.get("spec") or {}).get("selectors") or []),
+        *(exactly.get("selectors") or []),
+    ]
+    return [(entry.get("cel") or {}).get("expression", "") for entry in entries if entry.get("cel")]
+
+
+def _allowed(expressions: Sequence[str], context: RequestContext) -> frozenset[str] | None:
+    """uuids of devices every expression selects; None when there is nothing to check."""
+    if not expressions:
+        return None
+    return frozenset(
+        device.uuid
+        for device in context.inventory.by_uuid.values()
+        if all(context.selector_match(expression, device) for expression in expressions)
+    )
+
+
+def _restrict(request: DeviceRequest, allowed: frozenset[str] | None) -> DeviceRequest:
+    """The request limited to `allowed` uuids (and to its own uuid filter, if any)."""
+    if allowed is None:
+        return request
+    wanted = set(request.filters.use_uuids)
+    uuids = allowed & wanted if wanted else allowed
+    filters = replace(request.filters, use_uuids=tuple(sorted(uuids)) or (NO_DEVICE,))
+    return replace(request, filters=filters)
+
+
+def _claim_variants(
+    claim: Mapping[str, Any],
+    context: RequestContext,
+    class_configs: Mapping[str, Sequence[VGPUConfig]],
+) -> Iterator[ClaimVariant]:
+    devices = (claim.get("spec") or {}).get("devices") or {}
+    requests = devices.get("requests") or []
+    where = f"ResourceClaim {claim_name(claim)} spec.devices.requests"
+    options = [
+        _request_options(request, f"{where}[{position}]")
+        for position, request in enumerate(requests)
+    ]
+    everything = frozenset(context.inventory.by_uuid)
+    for combination in itertools.islice(itertools.product(*options), MAX_VARIANTS):
+        body = {
+            **claim,
+            "spec": {
+                **(claim.get("spec") or {}),
+                "devices": {
+                    **devices,
+                    "requests": [
+                        {"name": (request.get("name") or ""), "exactly": exactly}
+                        for request, (_, exactly) in zip(requests, combination, strict=True)
+                    ],
+                },
+            },
+        }
+        try:
+            pod_request, _ = claim_request(
+                body,
+                context.vendors,
+                driver=context.driver,
+                device_classes=context.device_classes,
+                class_configs=class_configs,
+            )
+        except InvalidParameterError as error:
+            raise InvalidParameterError(
+                f"ResourceClaim {claim_name(claim)} {error.field}", error.reason
+            ) from None
+        allowed = []
+        for _, exactly in combination:
+            matching = _allowed(_selectors(exactly, context.classes), context)
+            allowed.append(None if matching == everything else matching)
+        names = tuple(name for name, _ in combination)
+        for restricted in _match_attribute_variants(
+            devices.get("constraints") or [], names, allowed, context.inventory
+        ):
+            containers = tuple(
+                tuple(_restrict(r, scope) for r in container)
+                for container, scope in zip(pod_request.containers, restricted, strict=True)
+            )
+            yield ClaimVariant(
+                claim=claim,
+                containers=containers,
+                result_names=names,
+                class_names=tuple(e.get("deviceClassName", "") for _, e in combination),
+                gpu_policy=pod_request.gpu_policy,
+                node_policy=pod_request.node_policy,
+            )
+
+
+def _match_attribute_variants(
+    constraints: Sequence[Mapping[str, Any]],
+    names: Sequence[str],
+    allowed: Sequence[frozenset[str] | None],
+    inventory: Inventory,
+) -> Iterator[list[frozenset[str] | None]]:
+    """Per matchAttribute constraint, one restriction per attribute value (sorted)."""
+    variants: list[list[frozenset[str] | None]] = [list(allowed)]
+    everything = frozenset(inventory.by_uuid)
+    for constraint in constraints:
+        attribute = constraint.get("matchAttribute")
+        if not attribute:
+            continue
+        scope = set(constraint.get("requests") or ())
+        members = [
+            i
+            for i, name in enumerate(names)
+            if not scope or name in scope or name.split("/")[0] in scope
+        ]
+        groups: dict[str, set[str]] = {}
+        for device in inventory.by_uuid.values():
+            value = device.attribute(attribute)
+            if value is not None:
+                groups.setdefault(repr(value), set()).add(device.uuid)
+        expanded = []
+        for variant in variants:
+            for _, uuids in sorted(groups.items()):
+                narrowed = list(variant)
+                for i in members:
+                    narrowed[i] = frozenset(uuids) & (
+                        variant[i] if variant[i] is not None else everything
+                    )
+                expanded.append(narrowed)
+        variants = expanded or [[frozenset() for _ in names]]
+    yield from variants
+
+
+def pod_variants(
+    pod: Mapping[str, Any], claims: Sequence[Mapping[str, Any]], context: RequestContext
+) -> list[PodVariant]:
+    """Every combination to try for the pod's unallocated claims, preferred first."""
+    class_configs = class_vgpu_configs(context.classes, context.driver)
+    per_claim = [list(_claim_variants(claim, context, class_configs)) for claim in claims]
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    weights = parse_scoring_weights(annotations.get(keys.DEVICE_SCORING_WEIGHTS))
+    metadata = pod.get("metadata") or {}
+    variants = []
+    for combination in itertools.islice(itertools.product(*per_claim), MAX_VARIANTS):
+        containers = tuple(c for variant in combination for c in variant.containers)
+        gpu_policy = next((v.gpu_policy for v in combination if v.gpu_policy), None)
+        node_policy = next((v.node_policy for v in combination if v.node_policy), None)
+        request = PodRequest(
+            namespace=metadata.get("namespace") or "default",
+            name=metadata.get("name") or "",
+            containers=containers,
+            gpu_policy=gpu_policy or annotations.get(keys.GPU_SCHEDULER_POLICY),
+            node_policy=node_policy or annotations.get(keys.NODE_SCHEDULER_POLICY),
+            weights=weights,
+        )
+        variants.append(PodVariant(request, tuple(combination)))
+    return variants

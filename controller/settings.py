@@ -1,0 +1,46 @@
+"""Typed settings of the DRA controller, one dataclass, each field with unit and why."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
+from dra_driver.engine.policy import BINPACK, SPREAD
+from dra_driver.kube.informer import InformerSettings
+
+ALLOCATION_TAINT_KEY = "vgpu.hami.io/allocation"
+"""The kubelet plugin's `--controller-allocated` device taint (value `controller`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    driver: str = DRIVER_NAME
+    device_classes: Mapping[str, str] = field(default_factory=lambda: dict(DEVICE_CLASSES))
+    """DeviceClass name -> vendor: claims of these classes are this controller's."""
+
+    allocation_taint_key: str = ALLOCATION_TAINT_KEY
+    """Our own device taint: it keeps kube-scheduler off, not the controller."""
+
+    gpu_policy: str = SPREAD
+    """HAMi's `--gpu-scheduler-policy` default; a pod or VGPUConfig may override."""
+
+    node_policy: str = BINPACK
+    """HAMi's `--node-scheduler-policy` default."""
+
+    write_concurrency: int = 16
+    """Pods whose allocations are being written at once; decisions stay serial."""
+
+    retry_initial_s: float = 0.5
+    """First wait before retrying a pod that did not fit or whose write failed; doubles."""
+
+    retry_max_s: float = 30.0
+    """Upper bound of that wait."""
+
+    write_attempts: int = 5
+    """Tries per API write on 409 (refresh) or 5xx/429/timeouts (backoff) before undoing."""
+
+    moved_node_memory_s: float = 300.0
+    """How long a node stays excluded for a pod that could not go there (seconds)."""
+
+    informer: InformerSettings = field(default_factory=InformerSettings)

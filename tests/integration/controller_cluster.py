@@ -1,0 +1,288 @@
+"""A small cluster for the controller's integration tests: the API emulator, nodes whose
+kubelet-plugin ResourceSlice publishers publish mock GPUs (with the controller-allocated
+device taint), DeviceClasses, claims and pods, and the real controller running in a task."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from api.quantity import MIB, parse_quantity
+from controller.controller import CLAIMS, Controller
+from controller.metrics import ControllerMetrics
+from controller.settings import ControllerSettings
+from dra_driver.kube.events import EventRecorder, EventSettings
+from dra_driver.kube.informer import Informer
+from dra_driver.kube.rest import KubeClient
+from dra_driver.sim.apiserver import APIServer
+from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.publisher import SlicePublisher
+from kubeletplugin.slices import SliceSettings, Taint
+
+DRIVER = "vgpu.hami.io"
+CLASS = "nvidia.vgpu.hami.io"
+NAMESPACE = "default"
+GIB = 1 << 30
+CONTROLLER_TAINT = Taint(f"{DRIVER}/allocation", "controller")
+PLUGIN_SLICES = SliceSettings(driver=DRIVER, allocation_taint=CONTROLLER_TAINT)
+CLASS_SELECTOR = f"device.driver == '{DRIVER}' && device.allowMultipleAllocations == true"
+FAST = ControllerSettings(retry_initial_s=0.05, retry_max_s=0.5)
+WAIT_S = 20.0
+
+
+def gpu(
+    node: str,
+    index: int,
+    memory_gib: int = 80,
+    product: str = "NVIDIA A100-SXM4-80GB",
+    numa: int = 0,
+    healthy: bool = True,
+) -> GpuInfo:
+    return GpuInfo(
+        uuid=f"GPU-{node}-{index}",
+        index=index,
+        minor=index,
+        product_name=product,
+        memory_bytes=memory_gib * GIB,
+        numa_node=numa,
+        healthy=healthy,
+        unhealthy_reason="" if healthy else "xid-79",
+    )
+
+
+def request(name: str = "gpu", **exactly: Any) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": CLASS, **exactly}}
+
+
+def capacity(**amounts: str) -> dict[str, Any]:
+    return {"capacity": {"requests": amounts}}
+
+
+def vgpu_config(**parameters: Any) -> dict[str, Any]:
+    return {
+        "opaque": {
+            "driver": DRIVER,
+            "parameters": {"apiVersion": f"{DRIVER}/v1alpha1", "kind": "VGPUConfig", **parameters},
+        }
+    }
+
+
+def results(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list(claim["status"]["allocation"]["devices"]["results"])
+
+
+def node_of(claim: Mapping[str, Any]) -> str:
+    term = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
+    return str(term["matchFields"][0]["values"][0])
+
+
+def memory_mib(result: Mapping[str, Any]) -> int:
+    return int(parse_quantity(result["consumedCapacity"]["memory"])) // MIB
+
+
+class Cluster:
+    """The emulator plus helpers; `claims` is a live view of every ResourceClaim."""
+
+    def __init__(self, server: APIServer, client: KubeClient) -> None:
+        self.server = server
+        self.client = client
+        self.publishers: list[SlicePublisher] = []
+        self.claims = Informer(client, CLAIMS)
+        self.events = Informer(client, "/api/v1/events")
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        for informer in (self.claims, self.events):
+            self._tasks.append(asyncio.create_task(informer.run(), name="test informer"))
+            await informer.synced.wait()
+
+    async def aclose(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for publisher in self.publishers:
+            await publisher.aclose()
+
+    async def add_node(
+        self,
+        name: str,
+        gpus: int | Sequence[GpuInfo] = 2,
+        *,
+        cpu: str = "8",
+        labels: Mapping[str, str] | None = None,
+        slices: SliceSettings = PLUGIN_SLICES,
+        **spec: Any,
+    ) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            },
+            "spec": spec,
+            "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"}},
+        }
+        await self.client.create("/api/v1/nodes", body)
+        devices = [gpu(name, i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
+        publisher = SlicePublisher(self.client, name, slices)
+        await publisher.start()
+        self.publishers.append(publisher)
+        await publisher.publish(devices)
+
+    async def add_class(
+        self,
+        name: str = CLASS,
+        expression: str = CLASS_SELECTOR,
+        config: Sequence[dict[str, Any]] = (),
+    ) -> None:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": expression}}], "config": list(config)},
+        }
+        await self.client.create("/apis/resource.k8s.io/v1/deviceclasses", body)
+
+    async def add_claim(
+        self,
+        name: str,
+        *requests: dict[str, Any],
+        namespace: str = NAMESPACE,
+        **devices: Any,
+    ) -> dict[str, Any]:
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": list(requests) or [request()], **devices}},
+        }
+        return await self.client.create(
+            f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims", body
+        )
+
+    async def add_pod(
+        self,
+        name: str,
+        claims: Sequence[str] | None = None,
+        *,
+        namespace: str = NAMESPACE,
+        cpu: str = "1",
+        annotations: Mapping[str, str] | None = None,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        claim_names = [f"{name}-claim"] if claims is None else list(claims)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": dict(annotations or {}),
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": {"cpu": cpu}},
+                    }
+                ],
+                "resourceClaims": [
+                    {"name": f"c{i}", "resourceClaimName": n} for i, n in enumerate(claim_names)
+                ],
+                **spec,
+            },
+        }
+        return await self.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
+
+    async def add_pod_with_claim(
+        self, name: str, *requests: dict[str, Any], **pod: Any
+    ) -> dict[str, Any]:
+        namespace = pod.get("namespace", NAMESPACE)
+        await self.add_claim(f"{name}-claim", *requests, namespace=namespace)
+        return await self.add_pod(name, **pod)
+
+    def claim(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        return self.claims.store[f"{namespace}/{name}"]
+
+    async def wait_claims(
+        self,
+        predicate: Callable[[Mapping[str, dict[str, Any]]], bool],
+        limit_s: float = WAIT_S,
+    ) -> None:
+        async with asyncio.timeout(limit_s):
+            await self.claims.wait_for(predicate)
+
+    async def wait_allocated(
+        self, *names: str, namespace: str = NAMESPACE, limit_s: float = WAIT_S
+    ) -> list[dict[str, Any]]:
+        keys = [f"{namespace}/{name}" for name in names]
+        await self.wait_claims(
+            lambda store: all(
+                ((store.get(k) or {}).get("status") or {}).get("allocation") for k in keys
+            ),
+            limit_s,
+        )
+        return [self.claims.store[k] for k in keys]
+
+    async def wait_event(self, name: str, reason: str, limit_s: float = WAIT_S) -> dict[str, Any]:
+        def found(store: Mapping[str, dict[str, Any]]) -> bool:
+            return any(
+                e.get("reason") == reason and e["involvedObject"].get("name") == name
+                for e in store.values()
+            )
+
+        async with asyncio.timeout(limit_s):
+            await self.events.wait_for(found)
+        return next(
+            e
+            for e in self.events.store.values()
+            if e.get("reason") == reason and e["involvedObject"].get("name") == name
+        )
+
+
+@contextlib.asynccontextmanager
+async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
+    async with APIServer() as server:
+        client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        running = Cluster(server, client)
+        try:
+            await running.start()
+            yield running
+        finally:
+            await running.aclose()
+            await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    client: KubeClient,
+    settings: ControllerSettings = FAST,
+    registry: CollectorRegistry | None = None,
+) -> AsyncIterator[Controller]:
+    recorder = EventRecorder(client, EventSettings(component="vgpu-dra-controller"))
+    recorder.start()
+    running = Controller(
+        client, settings, ControllerMetrics(registry or CollectorRegistry()), recorder
+    )
+    task = asyncio.create_task(running.run(), name="controller")
+    try:
+        async with asyncio.timeout(WAIT_S):
+            ready = asyncio.create_task(running.ready.wait(), name="controller ready")
+            await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED)
+            if not ready.done():
+                ready.cancel()
+            if task.done():
+                task.result()
+        yield running
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await recorder.aclose()
