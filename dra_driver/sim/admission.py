@@ -18,13 +18,13 @@ import re
 import ssl
 import uuid
 from dataclasses import dataclass, field
-from decimal import Decimal, localcontext
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
 
-from api.quantity import QuantityError, parse_quantity
+from api.quantity import QuantityError, format_quantity_value, parse_quantity, quantity_form
 from dra_driver.errors import DriverError, InvalidParameterError
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
@@ -37,57 +37,29 @@ HEADERS = {
     "Accept-Encoding": "gzip",
 }
 
-_DECIMAL_EXPONENTS = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12}
-_DECIMAL_EXPONENTS |= {"P": 15, "E": 18}
-_DECIMAL_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL_EXPONENTS.items()}
-_BINARY_EXPONENTS = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_BINARY_SUFFIXES = {exponent: suffix for suffix, exponent in _BINARY_EXPONENTS.items()}
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[eE][+-]?\d+|[numkMGTPE])?$")
 
 
-def _parse_quantity(value: str | int) -> tuple[str, Decimal]:
-    """The quantity's format (decimal, binary, exponent) and its exact value."""
+def _quantity_text(value: str | int) -> str:
+    """The quantity as text, refused unless it has the apimachinery quantity shape."""
     text = str(value).strip()
-    match = _QUANTITY.match(text)
-    if match is None:
+    if _QUANTITY.match(text) is None:
         raise InvalidParameterError("quantity", f"{text!r} is not a Kubernetes quantity")
-    suffix = match[2] or ""
-    if suffix in _BINARY_EXPONENTS:
-        form = "binary"
-    elif suffix[:1] in ("e", "E"):
-        form = "exponent"
-    else:
-        form = "decimal"
-    try:
-        return form, parse_quantity(text)
-    except QuantityError as error:
-        raise InvalidParameterError("quantity", error.reason) from None
+    return text
 
 
 def quantity_value(value: str | int) -> Decimal:
     """The numeric value of a quantity (`500m` -> 0.5, `1Gi` -> 1073741824)."""
-    return _parse_quantity(value)[1]
+    try:
+        return parse_quantity(_quantity_text(value))
+    except QuantityError as error:
+        raise InvalidParameterError("quantity", error.reason) from None
 
 
 def canonical_quantity(value: str | int) -> str:
     """A quantity as the API server re-serialises it (`3000` -> `3k`, `1024Mi` -> `1Gi`)."""
-    form, amount = _parse_quantity(value)
-    with localcontext() as context:
-        context.prec = 80
-        if amount == 0:
-            return "0"
-        integral = amount == amount.to_integral_value()
-        if form == "binary" and integral and abs(amount) >= 1024:
-            mantissa, exponent = int(amount), 0
-            while exponent < 60 and mantissa % 1024 == 0:
-                mantissa, exponent = mantissa // 1024, exponent + 10
-            return f"{mantissa}{_BINARY_SUFFIXES[exponent]}"
-        mantissa, exponent = int(amount.scaleb(9)), -9
-    while exponent < 18 and mantissa % 1000 == 0:
-        mantissa, exponent = mantissa // 1000, exponent + 3
-    if form == "exponent":
-        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
-    return f"{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+    text = _quantity_text(value)
+    return format_quantity_value(quantity_value(text), quantity_form(text))
 
 
 def defaulted_pod(pod: dict[str, Any]) -> dict[str, Any]:

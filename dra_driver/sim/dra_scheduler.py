@@ -36,7 +36,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from api.quantity import QuantityError, format_quantity, parse_quantity
+from api.quantity import QuantityError, format_quantity_value, parse_quantity
 from dra_driver.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
 from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.admission import quantity_value
@@ -539,17 +539,6 @@ def _search(
     return None
 
 
-def canonical_quantity(value: Decimal) -> str:
-    """Integers as `resource.NewQuantity` writes them ("10Gi", "30"); fractions in m/u/n."""
-    if value == value.to_integral_value():
-        return format_quantity(int(value))
-    for suffix, scale in (("m", 3), ("u", 6), ("n", 9)):
-        scaled = value.scaleb(scale)
-        if scaled == scaled.to_integral_value():
-            return f"{int(scaled)}{suffix}"
-    return str(value)
-
-
 def build_allocation(
     claim: Mapping[str, Any],
     picks: Sequence[Pick],
@@ -577,7 +566,7 @@ def build_allocation(
             }
             result["shareID"] = new_share_id()
             result["consumedCapacity"] = {
-                names[name]: canonical_quantity(amount) for name, amount in pick.consumed.items()
+                names[name]: format_quantity_value(amount) for name, amount in pick.consumed.items()
             }
         results.append(result)
     config: list[dict[str, Any]] = []
