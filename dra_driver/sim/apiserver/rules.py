@@ -121,8 +121,7 @@ def _validate_pod_update(spec: dict[str, Any], before: dict[str, Any]) -> list[F
         for container, earlier in zip(mutable.get(key) or [], before.get(key) or [], strict=True):
             if isinstance(container, dict) and isinstance(earlier, dict):
                 container["image"] = earlier.get("image")
-    for key in ("activeDeadlineSeconds",):
-        _copy_key(mutable, before, key)
+    _copy_key(mutable, before, "activeDeadlineSeconds")
     earlier_tolerations = before.get("tolerations") or []
     if all(t in (mutable.get("tolerations") or []) for t in earlier_tolerations):
         _copy_key(mutable, before, "tolerations")
