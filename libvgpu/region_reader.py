@@ -203,11 +203,9 @@ class RegionBytes:
 
     path: str
     layout: RegionLayout
-    header: bytes
-    """Everything before the process slots."""
-
-    slots: bytes
-    """`proc_num` slots, each copied under its seqlock."""
+    data: bytes
+    """The file from its start through the last of `proc_num` slots, each slot as copied
+    under its seqlock."""
 
     tail: bytes
     """From `proc_num` to the end of the struct."""
@@ -269,32 +267,40 @@ class _RegionCopy:
         first = self._pread(end, 0)
         self._check_probe(first, probe)
         if layout.slot_seqlock is None:
-            return RegionBytes(path, layout, first[: layout.procs], first[layout.procs :], tail)
+            return RegionBytes(path, layout, first, tail)
         second = self._pread(end, 0)
         self._check_probe(second, probe)
-        slots = [self._slot(layout, index, first, second) for index in range(proc_num)]
-        return RegionBytes(path, layout, second[: layout.procs], b"".join(slots), tail)
+        unstable = [
+            index for index in range(proc_num) if not self._stable(layout, index, first, second)
+        ]
+        if unstable:
+            patched = bytearray(second)
+            for index in unstable:
+                start = layout.procs + index * layout.slot_size
+                patched[start : start + layout.slot_size] = self._retry_slot(layout, index, second)
+            second = bytes(patched)
+        return RegionBytes(path, layout, second, tail)
 
     def _check_probe(self, copy: bytes, probe: bytes) -> None:
         """Magic and version unchanged since the layout was chosen: not re-created meanwhile."""
         if copy[: _HEADER_PROBE.size] != probe:
             raise RegionFormatError(self._path, "re-initialised while being read")
 
-    def _slot(self, layout: RegionLayout, index: int, first: bytes, second: bytes) -> bytes:
-        """The slot from the second copy if the seqlock it ends with is even and unchanged since
-        the first copy (the first copy's seqlock was read after its data, before the second's)."""
+    @staticmethod
+    def _stable(layout: RegionLayout, index: int, first: bytes, second: bytes) -> bool:
+        """The second copy of the slot holds if the seqlock it ends with is even and unchanged
+        since the first copy (the first copy's seqlock was read after its data, before the
+        second's)."""
         assert layout.slot_seqlock is not None
-        start = layout.procs + index * layout.slot_size
-        seqlock_at = start + layout.slot_seqlock
+        seqlock_at = layout.procs + index * layout.slot_size + layout.slot_seqlock
         before = _U64.unpack_from(first, seqlock_at)[0]
-        after = _U64.unpack_from(second, seqlock_at)[0]
-        if before == after and after & 1 == 0:
-            return second[start : start + layout.slot_size]
-        return self._retry_slot(layout, index, start, after)
+        return before & 1 == 0 and before == _U64.unpack_from(second, seqlock_at)[0]
 
-    def _retry_slot(self, layout: RegionLayout, index: int, start: int, before: int) -> bytes:
+    def _retry_slot(self, layout: RegionLayout, index: int, second: bytes) -> bytes:
         """Copy one slot again until two copies in a row end with the same even seqlock."""
         assert layout.slot_seqlock is not None
+        start = layout.procs + index * layout.slot_size
+        before = _U64.unpack_from(second, start + layout.slot_seqlock)[0]
         for _ in range(self._max_retries):
             time.sleep(0)
             copy = self._pread(layout.slot_size, start)
@@ -310,7 +316,7 @@ class _RegionCopy:
 def decode_region(raw: RegionBytes) -> RegionSnapshot:
     """The snapshot a consistent copy describes; impossible counts are a `RegionFormatError`."""
     layout = raw.layout
-    header = raw.header
+    header = raw.data
     device_num = _U64.unpack_from(header, layout.device_num)[0]
     if device_num > MAX_DEVICES:
         raise RegionFormatError(raw.path, f"device_num {device_num} > {MAX_DEVICES}")
@@ -327,8 +333,8 @@ def decode_region(raw: RegionBytes) -> RegionSnapshot:
     live = [
         values
         for values in (
-            slot.unpack_from(raw.slots, offset)
-            for offset in range(0, len(raw.slots), layout.slot_size)
+            slot.unpack_from(raw.data, offset)
+            for offset in range(layout.procs, len(raw.data), layout.slot_size)
         )
         if values[-1] != 0
     ]
