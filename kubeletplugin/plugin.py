@@ -28,6 +28,7 @@ from cdi.naming import DEFAULT_CDI_DIR
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
+from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
@@ -46,6 +47,7 @@ from libvgpu.settings import LibvgpuPaths
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o600
+EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,9 @@ class KubeletPlugin:
         self.publisher = SlicePublisher(client, settings.node_name, settings.slices)
         self.health_watch = HealthWatch(settings.node_name, lambda: self.gpus)
         self.registration = RegistrationService(settings.driver, str(settings.dra_socket))
+        self.events = EventRecorder(
+            client, EventSettings(component=EVENT_COMPONENT, instance=settings.node_name)
+        )
         self.preparer = ClaimPreparer(
             PreparerSettings(
                 driver=settings.driver,
@@ -156,6 +161,7 @@ class KubeletPlugin:
             ),
             CdiSpecWriter(settings.cdi_dir),
             self.metrics,
+            self.events,
         )
         self._servers: dict[Path, grpc.aio.Server] = {}
         self._retired: list[grpc.aio.Server] = []
@@ -174,6 +180,7 @@ class KubeletPlugin:
             raise
 
     async def _start(self) -> None:
+        self.events.start()
         await self.refresh_devices()
         await self.preparer.start()
         await self.publisher.start()
@@ -198,6 +205,7 @@ class KubeletPlugin:
         for server in self._retired:
             await stop_grpc_server(server)
         self._retired = []
+        await self.events.aclose()
         await self.publisher.aclose()
 
     async def __aenter__(self) -> KubeletPlugin:

@@ -22,7 +22,6 @@ import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from cdi.naming import validate_claim_uid
 from cdi.spec import ClaimDeviceEdits, build_claim_spec
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
+from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.names import is_dns_label, is_dns_subdomain
 from kubeletplugin.checkpoint import (
@@ -63,7 +63,6 @@ log = logging.getLogger(__name__)
 
 PER_ORDINAL_ENV = re.compile(r"CUDA_DEVICE_(MEMORY|SM)_LIMIT_(\d+)")
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
-EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +115,7 @@ class ClaimPreparer:
         checkpoint_file: CheckpointFile,
         cdi: CdiSpecWriter,
         metrics: PluginMetrics,
+        events: EventRecorder,
     ) -> None:
         self.settings = settings
         self.client = client
@@ -123,6 +123,7 @@ class ClaimPreparer:
         self.checkpoint_file = checkpoint_file
         self.cdi = cdi
         self.metrics = metrics
+        self.events = events
         self.checkpoint = Checkpoint(checkpoint_file.boot_id)
         self._claim_locks: dict[str, asyncio.Lock] = {}
         self._checkpoint_lock = asyncio.Lock()
@@ -224,7 +225,7 @@ class ClaimPreparer:
                 raise
             await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
             if plan.uncharged:
-                await self._warn(
+                self._warn(
                     claim, EVENT_REASON_UNCHARGED, " ".join(u.message() for u in plan.uncharged)
                 )
             return PrepareResult(prepared, pods=pods)
@@ -292,38 +293,20 @@ class ClaimPreparer:
         results = (allocation.get("devices") or {}).get("results") or []
         return any(result.get("driver") == self.settings.driver for result in results)
 
-    async def _warn(self, claim: Mapping[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on the claim, where `kubectl describe` shows it; best effort."""
+    def _warn(self, claim: Mapping[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the claim, where `kubectl describe` shows it; written
+        in the background, so prepare never waits on it."""
         metadata = claim.get("metadata") or {}
-        namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{name[:200]}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "namespace": namespace,
-                "name": name,
-                "uid": metadata.get("uid") or "",
+        log.warning(
+            "%s",
+            message,
+            extra={
+                "claim": f"{metadata.get('namespace')}/{metadata.get('name')}",
+                "reason": reason,
             },
-            "type": "Warning",
-            "reason": reason,
-            "message": message,
-            "source": {"component": EVENT_COMPONENT, "host": self.settings.node_name},
-            "reportingComponent": EVENT_COMPONENT,
-            "reportingInstance": self.settings.node_name,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        context = {"claim": f"{namespace}/{name}", "reason": reason}
-        log.warning("%s", message, extra=context)
-        try:
-            await self.client.create(f"/api/v1/namespaces/{namespace}/events", event)
-        except ApiError as error:
-            log.warning("event not recorded", extra={**context, "error": str(error)})
+        )
+        reference = involved_object(claim, "ResourceClaim", "resource.k8s.io/v1")
+        self.events.emit(reference, WARNING, reason, message)
 
     async def _fetch_claim(self, ref: ClaimRef) -> dict:
         path = object_path(

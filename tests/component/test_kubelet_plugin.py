@@ -608,7 +608,7 @@ async def test_vgpu_config_limits_hold_when_kube_scheduler_allocates(node: Node)
     """kube-scheduler charges a claim with no capacity request the defaults (the
     whole card, no cores); its VGPUConfig still sets the container's limits, and
     the claim gets a Warning saying how to ask for capacity."""
-    async with node.plugin():
+    async with node.plugin() as plugin:
         await node.kubelet.wait_registered(DRIVER)
         await node.client.create(
             "/apis/resource.k8s.io/v1/deviceclasses",
@@ -662,6 +662,7 @@ async def test_vgpu_config_limits_hold_when_kube_scheduler_allocates(node: Node)
         applied = apply_devices(list(entry.devices[0].cdi_device_ids), [node.cdi_dir])
         assert applied.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
         assert applied.env["CUDA_DEVICE_SM_LIMIT_0"] == "20"
+        await plugin.events.wait_idle()
         events = await node.client.list("/api/v1/namespaces/default/events")
         (warning,) = [e for e in events["items"] if e["reason"] == "VGPUConfigNotCharged"]
         assert warning["type"] == "Warning"
