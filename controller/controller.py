@@ -367,15 +367,15 @@ class Controller:
         if claim["metadata"].get("deletionTimestamp") and not reserved:
             return True
         if reserved:
-            return all(self._pod_finished(r) for r in reserved)
+            namespace = claim["metadata"].get("namespace", "")
+            return all(self._pod_finished(namespace, r) for r in reserved)
         return self._is_ours(claim) and not self._claim_pods.get(key)
 
-    def _pod_finished(self, reference: Mapping[str, Any]) -> bool:
+    def _pod_finished(self, namespace: str, reference: Mapping[str, Any]) -> bool:
         uid = reference.get("uid", "")
         if uid in self._deleted_pods:
             return True
-        pod_key = f"{reference.get('namespace', '')}/{reference.get('name')}"
-        pod = self.pods.get(pod_key)
+        pod = self.pods.get(f"{namespace}/{reference.get('name')}")
         return pod is not None and pod["metadata"].get("uid") == uid and _is_terminal(pod)
 
     def effective_claims(self) -> list[dict[str, Any]]:

@@ -85,6 +85,12 @@ def memory_mib(result: Mapping[str, Any]) -> int:
     return int(parse_quantity(result["consumedCapacity"]["memory"])) // MIB
 
 
+def _ready(node: Mapping[str, Any] | None) -> bool:
+    """Created, and kube-controller-manager lifted the not-ready taint every new node gets."""
+    taints = ((node or {}).get("spec") or {}).get("taints") or []
+    return node is not None and not any(t["key"] == "node.kubernetes.io/not-ready" for t in taints)
+
+
 class Cluster:
     """The emulator plus helpers; `claims` is a live view of every ResourceClaim."""
 
@@ -94,10 +100,12 @@ class Cluster:
         self.publishers: list[SlicePublisher] = []
         self.claims = Informer(client, CLAIMS)
         self.events = Informer(client, "/api/v1/events")
+        self.nodes = Informer(client, "/api/v1/nodes")
+        self.pods = Informer(client, "/api/v1/pods")
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        for informer in (self.claims, self.events):
+        for informer in (self.claims, self.events, self.nodes, self.pods):
             self._tasks.append(asyncio.create_task(informer.run(), name="test informer"))
             await informer.synced.wait()
 
@@ -129,6 +137,8 @@ class Cluster:
             "status": {"allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"}},
         }
         await self.client.create("/api/v1/nodes", body)
+        async with asyncio.timeout(WAIT_S):
+            await self.nodes.wait_for(lambda store: _ready(store.get(name)))
         devices = [gpu(name, i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
         publisher = SlicePublisher(self.client, name, slices)
         await publisher.start()
@@ -230,6 +240,15 @@ class Cluster:
             limit_s,
         )
         return [self.claims.store[k] for k in keys]
+
+    async def wait_bound(self, name: str, namespace: str = NAMESPACE) -> str:
+        """The node kube-scheduler (the stand-in) bound the pod to."""
+        key = f"{namespace}/{name}"
+        async with asyncio.timeout(WAIT_S):
+            await self.pods.wait_for(
+                lambda store: bool(((store.get(key) or {}).get("spec") or {}).get("nodeName"))
+            )
+        return str(self.pods.store[key]["spec"]["nodeName"])
 
     async def wait_event(self, name: str, reason: str, limit_s: float = WAIT_S) -> dict[str, Any]:
         def found(store: Mapping[str, dict[str, Any]]) -> bool:
