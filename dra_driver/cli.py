@@ -423,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     from controller.legacy.command import add_legacy_parsers
 
     add_legacy_parsers(commands, _add_process_args, _legacy_scheduler)
+    from controller.command import add_controller_parser
+
+    add_controller_parser(commands, _add_process_args)
     return parser
 
 

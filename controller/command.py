@@ -1,0 +1,102 @@
+"""The `dra-driver controller` subcommand: flags (each with an env var) -> ServiceSettings."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from controller.settings import ControllerSettings
+from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
+from dra_driver.engine.policy import BINPACK, SPREAD
+from dra_driver.kube.leader import LeaderSettings
+
+DEFAULT_METRICS_PORT = 9395
+"""HAMi's scheduler serves its metrics on :9395."""
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def add_controller_parser(
+    commands: Any, add_process_args: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    parser = commands.add_parser(
+        "controller",
+        help="the DRA claim allocator: HAMi policies for resource.k8s.io/v1 claims",
+        description=(
+            "Allocate ResourceClaims of this driver's DeviceClasses for pending pods with "
+            "HAMi's engine and write status.allocation; leader-elected on a Lease; "
+            "refuses to start when the API lacks resource.k8s.io/v1."
+        ),
+    )
+    parser.add_argument("--driver", default=_env("DRIVER_NAME", DRIVER_NAME))
+    parser.add_argument("--gpu-scheduler-policy", default=_env("GPU_SCHEDULER_POLICY", SPREAD))
+    parser.add_argument("--node-scheduler-policy", default=_env("NODE_SCHEDULER_POLICY", BINPACK))
+    parser.add_argument(
+        "--leader-elect",
+        action=argparse.BooleanOptionalAction,
+        default=_env("LEADER_ELECT", "true") == "true",
+    )
+    parser.add_argument("--lease-namespace", default=_env("POD_NAMESPACE", "default"))
+    parser.add_argument("--lease-name", default=_env("LEASE_NAME", "vgpu-hami-io-controller"))
+    parser.add_argument(
+        "--identity",
+        default=_env("POD_NAME", f"{socket.gethostname()}-{os.getpid()}"),
+        help="this replica's name in the Lease (default: pod name, else host-pid)",
+    )
+    parser.add_argument(
+        "--lease-duration", type=float, default=float(_env("LEASE_DURATION_S", "15"))
+    )
+    parser.add_argument(
+        "--renew-deadline", type=float, default=float(_env("RENEW_DEADLINE_S", "10"))
+    )
+    parser.add_argument("--retry-period", type=float, default=float(_env("RETRY_PERIOD_S", "2")))
+    parser.add_argument("--metrics-host", default=_env("METRICS_HOST", "0.0.0.0"))
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(_env("METRICS_PORT", str(DEFAULT_METRICS_PORT))),
+        help="Prometheus /metrics port; 0 disables it",
+    )
+    add_process_args(parser)
+    parser.set_defaults(handler=_run)
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from controller.service import ServiceSettings
+
+    leader = (
+        LeaderSettings(
+            namespace=args.lease_namespace,
+            name=args.lease_name,
+            identity=args.identity,
+            lease_duration_s=args.lease_duration,
+            renew_deadline_s=args.renew_deadline,
+            retry_period_s=args.retry_period,
+        )
+        if args.leader_elect
+        else None
+    )
+    return ServiceSettings(
+        controller=ControllerSettings(
+            driver=args.driver,
+            device_classes=dict(DEVICE_CLASSES),
+            gpu_policy=args.gpu_scheduler_policy,
+            node_policy=args.node_scheduler_policy,
+        ),
+        leader=leader,
+        metrics_address=(args.metrics_host, args.metrics_port) if args.metrics_port else None,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from controller.service import serve_controller
+    from dra_driver.runtime import configure_logging, run_until_signalled
+
+    configure_logging(args.log_level)
+    settings = settings_from_args(args)
+    return run_until_signalled(lambda stop: serve_controller(settings, args.kubeconfig, stop))

@@ -1,0 +1,164 @@
+"""`dra-driver controller` as a process: check the API, elect a leader, serve metrics, allocate.
+
+At start the controller checks that the API server offers what it needs and
+refuses to run, with a message that says what is missing, otherwise:
+resource.k8s.io/v1 with resourceclaims/status, resourceslices and
+deviceclasses (Kubernetes >= 1.34), and coordination.k8s.io/v1 leases. Once
+this driver's slices are published it also checks that the server kept the
+fields the sole-allocator mechanism relies on: a server with
+DRAConsumableCapacity off drops `allowMultipleAllocations`, one with
+DRADeviceTaints off drops device `taints`, and then kube-scheduler would
+allocate the same devices in parallel.
+
+Only the Lease holder allocates; it starts from a fresh list of everything.
+If it cannot renew the Lease it stops at once and the process exits non-zero
+(to be restarted as a follower), so two replicas never allocate at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.controller import SLICES, Controller
+from controller.metrics import ControllerMetrics
+from controller.settings import ControllerSettings
+from dra_driver.errors import DriverError
+from dra_driver.kube.events import EventRecorder, EventSettings
+from dra_driver.kube.leader import LeaderElector, LeaderSettings
+from dra_driver.kube.rest import KubeClient, NotFoundError
+from libvgpu.monitor import MetricsServer
+
+log = logging.getLogger(__name__)
+
+COMPONENT = "vgpu-dra-controller"
+REQUIRED_RESOURCES: Mapping[str, frozenset[str]] = {
+    "/apis/resource.k8s.io/v1": frozenset(
+        {"resourceclaims", "resourceclaims/status", "resourceslices", "deviceclasses"}
+    ),
+    "/apis/coordination.k8s.io/v1": frozenset({"leases"}),
+}
+WHY = {
+    "/apis/resource.k8s.io/v1": "Kubernetes >= 1.34 (DRA GA; the controller writes "
+    "resource.k8s.io/v1 allocations with shareID and consumedCapacity)",
+    "/apis/coordination.k8s.io/v1": "leader election on a Lease",
+}
+
+
+class ApiUnsupportedError(DriverError):
+    """The API server lacks something the controller needs; the message says what."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
+    leader: LeaderSettings | None = None
+    """None: no leader election (a single replica, or tests)."""
+
+    metrics_address: tuple[str, int] | None = None
+
+
+async def check_api(client: KubeClient) -> None:
+    """Refuse to run (ApiUnsupportedError) unless the API serves what the controller uses."""
+    for path, needed in REQUIRED_RESOURCES.items():
+        try:
+            listing = await client.get(path)
+        except NotFoundError:
+            raise ApiUnsupportedError(
+                f"the API server does not serve {path.removeprefix('/apis/')}: "
+                f"needed for {WHY[path]}"
+            ) from None
+        served = {resource.get("name") for resource in listing.get("resources") or []}
+        missing = sorted(needed - served)
+        if missing:
+            raise ApiUnsupportedError(
+                f"{path.removeprefix('/apis/')} lacks {', '.join(missing)}: needed for {WHY[path]}"
+            )
+
+
+def slice_feature_problems(slices: Iterable[Mapping[str, Any]], driver: str) -> list[str]:
+    """What the server dropped from this driver's published slices (feature gates off)."""
+    problems = []
+    devices = [
+        device
+        for item in slices
+        if (item.get("spec") or {}).get("driver") == driver
+        for device in (item.get("spec") or {}).get("devices") or []
+    ]
+    if devices and not any(d.get("allowMultipleAllocations") for d in devices):
+        problems.append(
+            "ResourceSlices lost allowMultipleAllocations: enable the DRAConsumableCapacity "
+            "feature gate (beta, on by default from Kubernetes 1.36)"
+        )
+    if devices and not any(d.get("taints") for d in devices):
+        problems.append(
+            "ResourceSlices carry no device taints: run the kubelet plugin with "
+            "--controller-allocated and enable DRADeviceTaints (beta in 1.36, GA in 1.37); "
+            "without the taint kube-scheduler allocates the same devices in parallel"
+        )
+    return problems
+
+
+async def check_slices(client: KubeClient, driver: str) -> None:
+    listing = await client.list(SLICES, field_selector=f"spec.driver={driver}")
+    problems = slice_feature_problems(listing.get("items") or [], driver)
+    if problems:
+        raise ApiUnsupportedError("; ".join(problems))
+
+
+async def run_controller(
+    client: KubeClient, settings: ServiceSettings, stop: asyncio.Event
+) -> None:
+    """Check, then allocate while leader, until `stop` is set."""
+    await check_api(client)
+    await check_slices(client, settings.controller.driver)
+    registry = CollectorRegistry()
+    metrics = ControllerMetrics(registry)
+    identity = settings.leader.identity if settings.leader else COMPONENT
+    recorder = EventRecorder(client, EventSettings(component=COMPONENT, instance=identity))
+    recorder.start()
+    server = (
+        MetricsServer(registry, *settings.metrics_address) if settings.metrics_address else None
+    )
+    try:
+        if server is not None:
+            await server.start()
+
+        async def allocate() -> None:
+            await Controller(client, settings.controller, metrics, recorder).run()
+
+        work = (
+            LeaderElector(client, settings.leader).run(allocate)
+            if settings.leader is not None
+            else allocate()
+        )
+        worker = asyncio.create_task(work, name="controller")
+        stopper = asyncio.create_task(stop.wait(), name="stop")
+        await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (worker, stopper):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopper
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
+    finally:
+        if server is not None:
+            await server.aclose()
+        await recorder.aclose()
+
+
+async def serve_controller(
+    settings: ServiceSettings, kubeconfig: Path | None, stop: asyncio.Event
+) -> None:
+    client = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        await run_controller(client, settings, stop)
+    finally:
+        await client.aclose()
