@@ -305,3 +305,30 @@ async def controller(
         with contextlib.suppress(asyncio.CancelledError):
             await task
         await recorder.aclose()
+
+
+def overcommitted(
+    claims: Sequence[Mapping[str, Any]], slices: Sequence[Mapping[str, Any]]
+) -> list[str]:
+    """Invariant checker: every device whose allocated shares exceed a published capacity."""
+    limits: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for item in slices:
+        spec = item["spec"]
+        for device in spec.get("devices") or []:
+            limits[(spec["driver"], spec["pool"]["name"], device["name"])] = {
+                name: parse_quantity(str(entry["value"]))
+                for name, entry in (device.get("capacity") or {}).items()
+            }
+    used: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            totals = used.setdefault((result["driver"], result["pool"], result["device"]), {})
+            for name, quantity in (result.get("consumedCapacity") or {}).items():
+                totals[name] = totals.get(name, 0) + parse_quantity(str(quantity))
+    return [
+        f"{'/'.join(key)} {name}: {amount} > {limits.get(key, {}).get(name)}"
+        for key, totals in sorted(used.items())
+        for name, amount in sorted(totals.items())
+        if amount > limits.get(key, {}).get(name, 0)
+    ]
