@@ -106,6 +106,15 @@ def apply_each_device(spec: Mapping[str, Any]) -> None:
         check_host(merge_edits([spec.get("containerEdits") or {}, device["containerEdits"]]))
 
 
+def apply_spec_files(directory: Path) -> int:
+    """Apply each device of every spec in `directory` (specs another process
+    wrote, which the in-process watch cannot see); returns how many specs."""
+    paths = [p for p in sorted(directory.iterdir()) if is_spec_file(p)]
+    for path in paths:
+        apply_each_device(read_spec(path))
+    return len(paths)
+
+
 class SpecWriteWatch:
     """Applies every CDI spec this process writes, at the moment it is written.
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from cdi_applier import apply_spec_files
 from prometheus_client.parser import text_string_to_metric_families
 
 from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
@@ -174,6 +175,7 @@ async def test_kill_9_never_leaks_or_loses_a_claim(cluster):
     await restart(plugin, kubelet)
     records = decode_checkpoint((root / "plugin" / "state" / "checkpoint.json").read_bytes()).claims
     assert prepared <= set(records), "a prepared claim was lost"
+    assert apply_spec_files(root / "cdi") == len(records), "every recorded claim's spec applies"
     for claim in claims:
         if claim.uid in records:
             response = await kubelet.prepare(DRIVER, [claim])
@@ -197,7 +199,7 @@ def free_port() -> int:
 
 
 async def test_plugin_process_serves_metrics(cluster):
-    _, client, kubelet, plugin = cluster
+    root, client, kubelet, plugin = cluster
     created = await client.create(CLAIMS, manifest("metered"))
     await client.patch(
         object_path(CLAIMS, "metered") + "/status", {"status": {"allocation": allocation(1)}}
@@ -208,6 +210,7 @@ async def test_plugin_process_serves_metrics(cluster):
     await kubelet.wait_registered(DRIVER)
     claim = ClaimRef("default", created["metadata"]["uid"], "metered")
     assert (await kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""
+    assert apply_spec_files(root / "cdi") == 1
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"http://127.0.0.1:{port}/metrics") as response,
