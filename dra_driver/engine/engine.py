@@ -4,16 +4,20 @@ HAMi scores every device of every node for each pod. The node score depends
 only on usage before the pod, so here nodes are kept in an index ordered by
 policy preference (score, then name) and tried best-first: the first node
 that fits is the node HAMi would pick, with the same fit rules applied in
-full. Only when nothing fits are all nodes evaluated, which is what the
-failure explanation needs anyway.
+full. When nothing fits, every node's reason is needed; two shortcuts keep
+that cheap without changing a single reason: refusals are remembered per
+request shape until the node changes (`reason_cache`), and a node that
+refuses one of the containers HAMi fits first is refused in one counting
+pass over its devices (`single_request`).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 from dra_driver.engine.fit import (
     FULL_CARD_CORES,
@@ -32,8 +36,15 @@ from dra_driver.engine.policy import (
     parse_node_policy,
 )
 from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.reason_cache import NodeRefusals, ReasonCache
 from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES, NODE_UNREGISTERED
 from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.single_request import (
+    DeviceFacts,
+    PodJudge,
+    device_facts,
+    device_profile,
+)
 from dra_driver.engine.usage import collapse_pod_usage
 from dra_driver.engine.vendors import VendorRegistry
 
@@ -42,10 +53,17 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
-    """Cluster-wide defaults (HAMi's scheduler flags)."""
+    """Cluster-wide defaults (HAMi's scheduler flags) and the engine's own knobs.
+
+    `reason_cache_shapes`: how many distinct request shapes keep their nodes'
+    refusals until those nodes change (0 turns the cache off). Each shape
+    holds at most one short string per node, so 32 shapes at 5,000 nodes stay
+    in the tens of MiB; pending workloads rarely have more distinct shapes.
+    """
 
     gpu_policy: str = SPREAD
     node_policy: str = BINPACK
+    reason_cache_shapes: int = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,13 +84,23 @@ class Decision:
     failures: Mapping[str, str] = field(default_factory=dict)
 
 
-class NodeState:
-    """A node's devices with their current usage, and its cached node score."""
+_VERSIONS = itertools.count(1)
+"""State versions, unique across all nodes and engines, so a replaced node never
+matches a refusal remembered for its predecessor."""
 
-    __slots__ = ("headroom", "node", "score", "slots")
+
+class NodeState:
+    """A node's devices with their current usage, its cached node score, and a
+    version that changes whenever any of them does."""
+
+    __slots__ = ("_facts", "headroom", "ids", "node", "profiles", "score", "slots", "version")
 
     def __init__(self, node: Node, usage: Mapping[str, DeviceUsage]) -> None:
         self.node = node
+        self.version = 0
+        self.ids = tuple(device.id for device in node.devices)
+        self.profiles = tuple(device_profile(device, node.cordoned) for device in node.devices)
+        self._facts: tuple[DeviceFacts, ...] | None = None
         self.slots = [
             Slot(d, u.used, u.memory_mib, u.cores)
             for d in node.devices
@@ -87,9 +115,13 @@ class NodeState:
         self.score = 0.0
         self.headroom: list[tuple[int, int, int]] = []
         self.rescore()
+        self._facts = device_facts(self.profiles, self.slots)
 
     def rescore(self) -> None:
-        """Refresh the node score and the per-device headroom used for pruning."""
+        """Refresh the node score and the per-device headroom used for pruning,
+        after the slots changed; this gives the node a new version."""
+        self.version = next(_VERSIONS)
+        self._facts = None
         self.headroom = [
             (s.device.memory_mib - s.memory, s.device.cores - s.cores, s.device.memory_mib)
             for s in self.slots
@@ -104,6 +136,14 @@ class NodeState:
             totals[4] += slot.memory
             totals[5] += slot.device.memory_mib
         self.score = node_score(totals)
+
+    @property
+    def facts(self) -> tuple[DeviceFacts, ...]:
+        """Each device's facts as they are now: built with the node, and again when
+        first needed after its usage changed (commits stay cheap)."""
+        if self._facts is None:
+            self._facts = device_facts(self.profiles, self.slots)
+        return self._facts
 
     def fresh_slots(self) -> list[Slot]:
         return [slot.copy() for slot in self.slots]
@@ -188,6 +228,7 @@ class Engine:
         self._order = sorted((state.score, name) for name, state in self._states.items())
         self._default_gpu_policy = parse_gpu_policy(self.settings.gpu_policy)
         parse_node_policy(self.settings.node_policy)
+        self._refusals = ReasonCache(self.settings.reason_cache_shapes)
 
     def node_state(self, name: str) -> NodeState:
         return self._states[name]
@@ -202,38 +243,109 @@ class Engine:
         """Pick a node for `pod` among `candidates` (all nodes when None).
 
         With `explain_all`, every candidate is evaluated so the decision carries
-        the reasons of every refusing node even when one fits.
+        the reasons of every refusing node even when one fits. Reasons are
+        always those of HAMi's full fit on the node as it is now, whether they
+        were remembered, counted in one pass or fitted in full.
         """
         gpu_policy = self._gpu_policy(pod)
         node_policy = parse_node_policy(pod.node_policy or self.settings.node_policy)
         allowed = None if candidates is None else set(candidates)
+        remembered = self._refusals.refusals(self._shape(pod))
+        judging = explain_all
+        judge = PodJudge.for_pod(pod, gpu_policy, self.vendors, self.quota) if judging else None
         failures: dict[str, str] = {}
-        pruned: list[str] = []
+        known_states: list[NodeState] = []
+        known_reasons: list[str] = []
+        pruned: list[NodeState] = []
         chosen: Placement | None = None
         for name in self._preference(node_policy):
             if allowed is not None and name not in allowed:
                 continue
             state = self._states[name]
+            reason = self._known_refusal(state, remembered, judge)
+            if reason is not None:
+                known_states.append(state)
+                known_reasons.append(reason)
+                continue
             if not explain_all and not state.could_fit(pod):
-                pruned.append(name)
+                pruned.append(state)
                 continue
             outcome = self._fit(state, pod, gpu_policy)
             if isinstance(outcome, str):
-                failures[name] = outcome
+                self._refused(failures, remembered, state, outcome)
+                if not judging:
+                    # A node that passed the cheap check refused: filters or later
+                    # containers are at play, so judge the remaining nodes first.
+                    judge = PodJudge.for_pod(pod, gpu_policy, self.vendors, self.quota)
+                    judging = True
                 continue
             if chosen is None:
                 chosen = outcome
                 if not explain_all:
                     break
-        if chosen is None:
-            for name in pruned:
-                outcome = self._fit(self._states[name], pod, gpu_policy)
-                assert isinstance(outcome, str), f"pruning refused node {name} that fits"
-                failures[name] = outcome
+        for state, reason in zip(known_states, known_reasons, strict=True):
+            # A full fit reports a node the cheap check prunes only when nothing
+            # fits; so do known refusals, so that no decision depends on history.
+            if chosen is None or explain_all or state.could_fit(pod):
+                failures[state.node.name] = reason
+        if chosen is None and pruned:
+            if not judging:
+                judge = PodJudge.for_pod(pod, gpu_policy, self.vendors, self.quota)
+            for state in pruned:
+                reason = self._known_refusal(state, None, judge)
+                if reason is None:
+                    outcome = self._fit(state, pod, gpu_policy)
+                    assert isinstance(outcome, str), f"pruned node {state.node.name} fits"
+                    reason = outcome
+                self._refused(failures, remembered, state, reason)
         if allowed is not None:
             for name in sorted(allowed - self._states.keys()):
                 failures[name] = NODE_UNREGISTERED
         return Decision(chosen, failures)
+
+    @staticmethod
+    def _known_refusal(
+        state: NodeState, remembered: NodeRefusals | None, judge: PodJudge | None
+    ) -> str | None:
+        """The node's refusal without a full fit: remembered for its current
+        version, or counted by the judge (and then remembered); None if unknown."""
+        if remembered is not None:
+            refusal = remembered.get(state.node.name)
+            if refusal is not None and refusal[0] == state.version:
+                return refusal[1]
+        if judge is None:
+            return None
+        reason = judge.refusal(state.facts, state.ids)
+        if reason is not None and remembered is not None:
+            remembered[state.node.name] = (state.version, reason)
+        return reason
+
+    @staticmethod
+    def _refused(
+        failures: dict[str, str],
+        remembered: NodeRefusals | None,
+        state: NodeState,
+        reason: str,
+    ) -> None:
+        failures[state.node.name] = reason
+        if remembered is not None:
+            remembered[state.node.name] = (state.version, reason)
+
+    def _shape(self, pod: PodRequest) -> Hashable:
+        """What a node's refusal of `pod` depends on besides the node itself: the
+        requests, filters, policy and weights (not the pod's name or node policy)
+        and the namespace's quota for the vendors asked for."""
+        quota: tuple[object, ...] = ()
+        if self.quota is not None:
+            vendors = sorted({r.vendor for c in pod.all_containers for r in c})
+            quota = tuple(
+                (vendor, q.memory_limit_mib, q.cores_limit, q.memory_used_mib, q.cores_used)
+                for vendor in vendors
+                for q in (self.quota.quotas.get((pod.namespace, vendor)),)
+                if q is not None
+            )
+        shape = replace(pod, namespace="", name="", node_policy=None, dropped=())
+        return shape, pod.gpu_policy or self.settings.gpu_policy, quota
 
     def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
         ctx = FitContext(

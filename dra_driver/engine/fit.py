@@ -72,12 +72,17 @@ class FitContext:
 
 def type_allowed(filters: DeviceFilters, device: Device) -> bool:
     """HAMi's checkGPUtype plus the vgpu-mode filter; empty lists constrain nothing."""
-    card_type = device.type.upper()
+    return type_and_mode_allowed(filters, device.type, device.mode)
+
+
+def type_and_mode_allowed(filters: DeviceFilters, device_type: str, mode: str) -> bool:
+    """`type_allowed` for a device known by its type and mode only."""
+    card_type = device_type.upper()
     if filters.use_types and not any(t.upper() in card_type for t in filters.use_types):
         return False
     if filters.no_use_types and any(t.upper() in card_type for t in filters.no_use_types):
         return False
-    return filters.modes is None or device.mode in filters.modes
+    return filters.modes is None or mode in filters.modes
 
 
 def uuid_allowed(filters: DeviceFilters, device_id: str) -> bool:
