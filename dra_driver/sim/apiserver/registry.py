@@ -80,6 +80,8 @@ class ResourceType:
 
 
 STATUS = frozenset({"status"})
+RBAC = "rbac.authorization.k8s.io"
+ADMISSION = "admissionregistration.k8s.io"
 POD_FIELDS = frozenset(
     {
         "spec.nodeName",
@@ -173,6 +175,40 @@ RESOURCES: tuple[ResourceType, ...] = (
     ),
     ResourceType(
         "", "v1", "configmaps", "ConfigMap", True, short_names=("cm",), tracks_generation=False
+    ),
+    ResourceType("", "v1", "secrets", "Secret", True, tracks_generation=False),
+    ResourceType("", "v1", "services", "Service", True, STATUS, ("svc",), tracks_generation=False),
+    ResourceType(
+        "",
+        "v1",
+        "serviceaccounts",
+        "ServiceAccount",
+        True,
+        short_names=("sa",),
+        tracks_generation=False,
+    ),
+    ResourceType("apps", "v1", "deployments", "Deployment", True, STATUS, ("deploy",)),
+    ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, STATUS, ("ds",)),
+    ResourceType("batch", "v1", "jobs", "Job", True, STATUS),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, STATUS),
+    ResourceType(RBAC, "v1", "roles", "Role", True, tracks_generation=False),
+    ResourceType(RBAC, "v1", "rolebindings", "RoleBinding", True, tracks_generation=False),
+    ResourceType(RBAC, "v1", "clusterroles", "ClusterRole", False, tracks_generation=False),
+    ResourceType(
+        RBAC, "v1", "clusterrolebindings", "ClusterRoleBinding", False, tracks_generation=False
+    ),
+    ResourceType(
+        ADMISSION, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False
+    ),
+    ResourceType(
+        ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False, STATUS
+    ),
+    ResourceType(
+        ADMISSION,
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        False,
     ),
     ResourceType(
         "",
