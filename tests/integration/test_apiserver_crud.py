@@ -25,7 +25,17 @@ def _status(error: ApiException) -> dict[str, object]:
 
 def test_discovery_lists_every_served_group_and_version(api: ApiClient) -> None:
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
-    assert set(groups) == {"events.k8s.io", "coordination.k8s.io", "resource.k8s.io"}
+    assert set(groups) == {
+        "events.k8s.io",
+        "coordination.k8s.io",
+        "resource.k8s.io",
+        # The kinds deploy/ holds, so its overlays can be applied (test_deploy_overlays).
+        "apps",
+        "batch",
+        "policy",
+        "rbac.authorization.k8s.io",
+        "admissionregistration.k8s.io",
+    }
     assert groups["resource.k8s.io"].preferred_version.group_version == "resource.k8s.io/v1"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     version = client.VersionApi(api).get_code()
