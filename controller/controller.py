@@ -70,6 +70,8 @@ FILTERING_FAILED = "FilteringFailed"
 INVALID_PARAMETERS = "InvalidParameters"
 WRITE_FAILED = "AllocationWriteFailed"
 MOVED = "AllocationMoved"
+STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
+"""kube-scheduler's DRA messages for claims it saw unallocated (a cycle that raced us)."""
 SNAPSHOT_PERIOD_S = 1.0
 DELETED_PODS_REMEMBERED = 100_000
 
@@ -111,6 +113,22 @@ def _is_pending(pod: Mapping[str, Any]) -> bool:
         not (pod.get("spec") or {}).get("nodeName")
         and not pod["metadata"].get("deletionTimestamp")
         and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def _refused_with_claims_allocated(condition: Mapping[str, Any] | None) -> bool:
+    """A PodScheduled=False that kube-scheduler wrote knowing the claims were allocated.
+
+    A cycle that read the claims before the allocation reports them as not
+    allocatable (`cannot allocate all claims`); only a filter failure on an
+    allocated claim's node (reason Unschedulable, another message) means the
+    pod cannot go there.
+    """
+    return (
+        condition is not None
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+        and not any(text in str(condition.get("message")) for text in STALE_CYCLE_MESSAGES)
     )
 
 
@@ -636,6 +654,7 @@ class Controller:
                     self._adopt(stored)
                     written.append(stored)
                     self.metrics.allocations.inc()
+            self._record_condition(key)
             first = self._first_seen.pop(key, None)
             if first is not None:
                 self.metrics.allocation_latency.observe(self.clock() - first)
@@ -655,6 +674,18 @@ class Controller:
             if len(written) < len(writes):
                 self._changed()
             self._wake.set()
+
+    def _record_condition(self, key: str) -> None:
+        """Remember the pod's PodScheduled condition as of our completed write: only a
+        later one can be kube-scheduler's verdict on the node we chose."""
+        pod = self.pods.get(key)
+        placed = self._placed.get((pod or {}).get("metadata", {}).get("uid", ""))
+        condition = _pod_condition(pod) if pod is not None else None
+        if placed is not None and condition is not None:
+            placed.condition = (
+                str(condition.get("lastTransitionTime")),
+                str(condition.get("message")),
+            )
 
     def _adopt(self, stored: dict[str, Any]) -> None:
         """Make a write we made part of the view before the watch shows it."""
@@ -784,8 +815,9 @@ class Controller:
         if not ours or any(_reserved(c) for c in ours):
             return
         condition = _pod_condition(pod)
-        if condition is None or condition.get("status") != "False":
+        if not _refused_with_claims_allocated(condition):
             return
+        assert condition is not None
         signature = (str(condition.get("lastTransitionTime")), str(condition.get("message")))
         placed = self._placed.get(uid)
         if placed is not None:
