@@ -127,6 +127,25 @@ def _simulate(args: argparse.Namespace) -> int:
     return run_simulation(settings, args.output)
 
 
+def _certs(args: argparse.Namespace) -> int:
+    from datetime import timedelta
+
+    from dra_driver.certs import CertsSettings, run_certs
+
+    if args.validity_days <= 0:
+        print("dra-driver certs: --validity-days must be positive", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    settings = CertsSettings(
+        namespace=args.namespace,
+        service=args.service,
+        secret=args.secret,
+        webhooks=tuple(args.webhook or ()),
+        validity=timedelta(days=args.validity_days),
+        cluster_domain=args.cluster_domain,
+    )
+    return asyncio.run(run_certs(args.kubeconfig, settings))
+
+
 def _legacy_scheduler(args: argparse.Namespace) -> int:
     from controller.legacy.command import run_legacy
 
@@ -420,6 +439,32 @@ def build_parser() -> argparse.ArgumentParser:
     healthcheck.add_argument("--socket", type=Path, action="append", required=True)
     healthcheck.add_argument("--timeout", type=float, default=3.0, help="seconds per socket")
     healthcheck.set_defaults(handler=_healthcheck)
+    certs = commands.add_parser(
+        "certs",
+        help="TLS for the legacy webhook/extender: CA + serving cert Secret, webhook caBundle",
+        description=(
+            "Create (or keep, when still valid) a CA and a serving certificate for the "
+            "Service's DNS names in a kubernetes.io/tls Secret with ca.crt, and set the "
+            "caBundle of the named MutatingWebhookConfigurations. Safe to rerun."
+        ),
+    )
+    certs.add_argument("--namespace", default=_env("POD_NAMESPACE", "vgpu-system"))
+    certs.add_argument("--service", default="vgpu-legacy-scheduler")
+    certs.add_argument("--secret", default="vgpu-legacy-scheduler-tls")
+    certs.add_argument(
+        "--webhook",
+        action="append",
+        help="MutatingWebhookConfiguration to patch (repeatable)",
+    )
+    certs.add_argument("--validity-days", type=int, default=3650)
+    certs.add_argument("--cluster-domain", default=_env("CLUSTER_DOMAIN", "cluster.local"))
+    certs.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=os.environ.get("KUBECONFIG"),
+        help="kubeconfig file (default: in-cluster service account)",
+    )
+    certs.set_defaults(handler=_certs)
     from controller.legacy.command import add_legacy_parsers
 
     add_legacy_parsers(commands, _add_process_args, _legacy_scheduler)

@@ -1,0 +1,155 @@
+"""A private CA and a serving certificate for an in-cluster Service, and whether one can be kept.
+
+The legacy scheduler's webhook and extender are called over TLS by the API
+server and by kube-scheduler, which both check the certificate against a CA
+they were given (the webhook's `caBundle`, the extender's `tlsConfig.caFile`).
+Without cert-manager, `dra-driver certs` makes that CA here. Pure: no files,
+no API; the caller passes the clock.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from dra_driver.errors import InvalidParameterError
+
+CA_NAME = "vgpu-dra-driver CA"
+CLOCK_SKEW = timedelta(minutes=5)
+"""Certificates start this long before `now`, so a node whose clock is behind accepts them."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsBundle:
+    """PEM bytes, under the keys a `kubernetes.io/tls` Secret (and cert-manager) uses."""
+
+    ca_cert: bytes
+    cert: bytes
+    key: bytes
+
+    def secret_data(self) -> dict[str, bytes]:
+        return {"ca.crt": self.ca_cert, "tls.crt": self.cert, "tls.key": self.key}
+
+
+def service_dns_names(
+    service: str, namespace: str, cluster_domain: str = "cluster.local"
+) -> tuple[str, ...]:
+    """Every name a client may use for the Service; the API server dials `<svc>.<ns>.svc`."""
+    return (
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.{cluster_domain}",
+    )
+
+
+def issue_bundle(dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
+    """A fresh CA (its key is discarded: nothing else is ever signed with it) and a
+    serving certificate for `dns_names`, both valid from `now` for `validity`."""
+    if not dns_names:
+        raise InvalidParameterError(
+            "dns_names", "a serving certificate needs at least one DNS name"
+        )
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
+    start, end = now - CLOCK_SKEW, now + validity
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_subject)
+        .issuer_name(ca_subject)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
+        .issuer_name(ca_subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.SubjectAlternativeName([_general_name(n) for n in dns_names]), False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return TlsBundle(
+        ca_cert=ca_cert.public_bytes(serialization.Encoding.PEM),
+        cert=cert.public_bytes(serialization.Encoding.PEM),
+        key=key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
+
+
+def _general_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def bundle_problem(
+    bundle: TlsBundle, dns_names: tuple[str, ...], now: datetime, renew_before: timedelta
+) -> str | None:
+    """Why `bundle` must be replaced, or None when it serves `dns_names` until past
+    `now + renew_before` (so a rerun keeps it and clients need no new CA)."""
+    try:
+        ca_cert = x509.load_pem_x509_certificate(bundle.ca_cert)
+        cert = x509.load_pem_x509_certificate(bundle.cert)
+        key = serialization.load_pem_private_key(bundle.key, password=None)
+    except ValueError as error:
+        return f"cannot be parsed ({error})"
+    if cert.public_key() != key.public_key():
+        return "tls.key does not belong to tls.crt"
+    try:
+        cert.verify_directly_issued_by(ca_cert)
+    except (ValueError, TypeError, InvalidSignature):
+        return "tls.crt is not signed by ca.crt"
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "tls.crt has no subjectAltName"
+    present = {str(n) for n in names.get_values_for_type(x509.DNSName)}
+    present |= {str(n) for n in names.get_values_for_type(x509.IPAddress)}
+    missing = [name for name in dns_names if name not in present]
+    if missing:
+        return f"tls.crt does not name {', '.join(missing)}"
+    expires = min(cert.not_valid_after_utc, ca_cert.not_valid_after_utc)
+    if expires <= now + renew_before:
+        return f"expires at {expires.isoformat()}, within the renewal window"
+    if max(cert.not_valid_before_utc, ca_cert.not_valid_before_utc) > now + CLOCK_SKEW:
+        return "not valid yet"
+    return None

@@ -1,0 +1,191 @@
+"""`dra-driver certs` against the API emulator: the Secret and the webhook's caBundle it
+writes make a TLS handshake succeed for the Service's DNS name; reruns change nothing;
+what it must not overwrite it refuses, naming the flag."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ssl
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from dra_driver.certs import WEBHOOKS, CertsSettings, ensure_certificates
+from dra_driver.cli import EXIT_BAD_INPUT, main
+from dra_driver.errors import InvalidParameterError
+from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.sim.apiserver import APIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+WEBHOOK_FILE = ROOT / "deploy/components/legacy-scheduler/mutatingwebhookconfiguration.yaml"
+NAMESPACE = "vgpu-system"
+SECRETS = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+SECRET = object_path(SECRETS, "vgpu-legacy-scheduler-tls")
+WEBHOOK = object_path(WEBHOOKS, "vgpu-legacy-webhook")
+SETTINGS = CertsSettings(
+    namespace=NAMESPACE,
+    service="vgpu-legacy-scheduler",
+    secret="vgpu-legacy-scheduler-tls",
+    webhooks=("vgpu-legacy-webhook",),
+)
+NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[tuple[APIServer, KubeClient, Path]]:
+    async with APIServer() as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        client = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            await client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
+            await client.create(WEBHOOKS, yaml.safe_load(WEBHOOK_FILE.read_text()))
+            yield server, client, kubeconfig
+        finally:
+            await client.aclose()
+
+
+def _data(secret: dict[str, Any]) -> dict[str, bytes]:
+    return {key: base64.b64decode(value) for key, value in secret["data"].items()}
+
+
+async def _handshake(tmp_path: Path, secret: dict[str, bytes], ca_bundle: bytes, host: str) -> str:
+    """Serve with the Secret's certificate on loopback; connect trusting only the caBundle,
+    checking `host` as the API server checks `<service>.<namespace>.svc`."""
+    (tmp_path / "tls.crt").write_bytes(secret["tls.crt"])
+    (tmp_path / "tls.key").write_bytes(secret["tls.key"])
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_context.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_context = ssl.create_default_context(cadata=ca_bundle.decode())
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_context, server_hostname=host
+        )
+        received = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        await writer.wait_closed()
+        return received.decode()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_first_run_writes_a_secret_the_webhook_caller_trusts(cluster, tmp_path: Path) -> None:
+    _, client, _ = cluster
+    report = await ensure_certificates(client, SETTINGS, datetime.now(UTC))
+    assert report.lines == [
+        f"secret {NAMESPACE}/vgpu-legacy-scheduler-tls: created",
+        "mutatingwebhookconfiguration vgpu-legacy-webhook: caBundle set",
+    ]
+    secret = await client.get(SECRET)
+    assert secret["type"] == "kubernetes.io/tls"
+    data = _data(secret)
+    assert set(data) == {"ca.crt", "tls.crt", "tls.key"}
+    (webhook,) = (await client.get(WEBHOOK))["webhooks"]
+    ca_bundle = base64.b64decode(webhook["clientConfig"]["caBundle"])
+    assert ca_bundle == data["ca.crt"]
+    # The API server dials <service>.<namespace>.svc; kube-scheduler uses the urlPrefix host.
+    for host in ("vgpu-legacy-scheduler.vgpu-system.svc", "vgpu-legacy-scheduler.vgpu-system"):
+        assert await _handshake(tmp_path, data, ca_bundle, host) == "ok"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await _handshake(tmp_path, data, ca_bundle, "other.vgpu-system.svc")
+
+
+async def test_rerun_keeps_the_certificate_and_writes_nothing(cluster) -> None:
+    _, client, _ = cluster
+    await ensure_certificates(client, SETTINGS, NOW)
+    secret_before, webhook_before = await client.get(SECRET), await client.get(WEBHOOK)
+    report = await ensure_certificates(client, SETTINGS, NOW + timedelta(days=300))
+    assert report.lines == [
+        f"secret {NAMESPACE}/vgpu-legacy-scheduler-tls: kept (valid for "
+        "vgpu-legacy-scheduler, vgpu-legacy-scheduler.vgpu-system, "
+        "vgpu-legacy-scheduler.vgpu-system.svc, "
+        "vgpu-legacy-scheduler.vgpu-system.svc.cluster.local)",
+        "mutatingwebhookconfiguration vgpu-legacy-webhook: caBundle up to date",
+    ]
+    secret_after, webhook_after = await client.get(SECRET), await client.get(WEBHOOK)
+    assert (
+        secret_after["metadata"]["resourceVersion"] == secret_before["metadata"]["resourceVersion"]
+    )
+    assert (
+        webhook_after["metadata"]["resourceVersion"]
+        == webhook_before["metadata"]["resourceVersion"]
+    )
+
+
+async def test_a_certificate_near_expiry_is_replaced_and_the_ca_bundle_follows(cluster) -> None:
+    _, client, _ = cluster
+    await ensure_certificates(client, SETTINGS, NOW)
+    old_ca = _data(await client.get(SECRET))["ca.crt"]
+    later = NOW + SETTINGS.validity - SETTINGS.renew_before + timedelta(days=1)
+    report = await ensure_certificates(client, SETTINGS, later)
+    assert "replaced (expires at" in report.lines[0]
+    new_ca = _data(await client.get(SECRET))["ca.crt"]
+    assert new_ca != old_ca
+    (webhook,) = (await client.get(WEBHOOK))["webhooks"]
+    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == new_ca
+
+
+async def test_a_certificate_for_another_service_is_replaced(cluster) -> None:
+    _, client, _ = cluster
+    other = CertsSettings(namespace=NAMESPACE, service="elsewhere", secret=SETTINGS.secret)
+    await ensure_certificates(client, other, NOW)
+    report = await ensure_certificates(client, SETTINGS, NOW)
+    assert "tls.crt does not name vgpu-legacy-scheduler" in report.lines[0]
+
+
+async def test_a_secret_of_another_type_is_left_alone(cluster) -> None:
+    _, client, _ = cluster
+    opaque = {"metadata": {"name": SETTINGS.secret}, "type": "Opaque", "data": {"x": "eQ=="}}
+    await client.create(SECRETS, opaque)
+    with pytest.raises(InvalidParameterError) as refused:
+        await ensure_certificates(client, SETTINGS, NOW)
+    assert refused.value.field == "--secret"
+    assert "'Opaque'" in refused.value.reason
+    assert (await client.get(SECRET))["data"] == {"x": "eQ=="}
+
+
+async def test_a_missing_or_unrelated_webhook_configuration_is_named(cluster) -> None:
+    _, client, _ = cluster
+    missing = CertsSettings(
+        namespace=NAMESPACE, service=SETTINGS.service, secret="s1", webhooks=("absent",)
+    )
+    with pytest.raises(InvalidParameterError, match="absent not found") as refused:
+        await ensure_certificates(client, missing, NOW)
+    assert refused.value.field == "--webhook"
+    unrelated = CertsSettings(
+        namespace=NAMESPACE, service="other", secret="s2", webhooks=("vgpu-legacy-webhook",)
+    )
+    with pytest.raises(InvalidParameterError, match="no webhook calling service"):
+        await ensure_certificates(client, unrelated, NOW)
+    (webhook,) = (await client.get(WEBHOOK))["webhooks"]
+    assert webhook["clientConfig"]["caBundle"] == ""
+
+
+async def test_the_command_prints_what_it_did_and_exits_2_on_bad_input(
+    cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, client, kubeconfig = cluster
+    argv = ["certs", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE]
+    code = await asyncio.to_thread(main, [*argv, "--webhook", "vgpu-legacy-webhook"])
+    assert code == 0
+    assert "caBundle set" in capsys.readouterr().out
+    assert (await client.get(SECRET))["type"] == "kubernetes.io/tls"
+    code = await asyncio.to_thread(main, [*argv, "--webhook", "nope"])
+    assert code == EXIT_BAD_INPUT
+    assert "dra-driver certs: --webhook: MutatingWebhookConfiguration nope not found" in (
+        capsys.readouterr().err
+    )
