@@ -115,6 +115,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    # gRPC's C core logs connection teardown at INFO to stderr; the report is the output.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from simulator.run import run_simulation
     from simulator.settings import ClusterShape, Mode, SimulationSettings
 

@@ -29,8 +29,16 @@ async def settle_cancelled_grpc_calls() -> None:
 
 
 async def stop_grpc_server(server: grpc.aio.Server, grace: float | None = None) -> None:
-    """Stop the server, then let the per-call tasks it cancelled finish."""
+    """Stop the server, then let the per-call tasks it cancelled finish.
+
+    Only tasks being cancelled are awaited: the live calls of other servers in the same
+    loop (another node's plugin in the simulator) must not hold this shutdown up.
+    """
     await server.stop(grace)
-    leftovers = [t for t in asyncio.all_tasks() if t.get_name() == "rpc_task" and not t.done()]
+    leftovers = [
+        t
+        for t in asyncio.all_tasks()
+        if t.get_name() == "rpc_task" and not t.done() and t.cancelling()
+    ]
     await asyncio.gather(*leftovers, return_exceptions=True)
     await settle_cancelled_grpc_calls()

@@ -7,6 +7,7 @@ registration and DRA sockets, its checkpoint, and the CDI spec directory.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,11 +75,35 @@ NODE_STATUS = {
 """What kubelet reports for a node; written through `nodes/status`, as kubelet does."""
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+READY_WAIT_S = 30.0
+
+
 async def register_node(client: KubeClient, name: str) -> None:
+    """Create the node, report it Ready, and wait until the node lifecycle controller
+    has lifted the not-ready taint every new node starts with: a cluster the
+    workloads meet is a ready one."""
     await client.create(
         "/api/v1/nodes", {"metadata": {"name": name, "labels": {GPU_NODE_LABEL: "true"}}}
     )
     await client.patch(f"/api/v1/nodes/{name}/status", {"status": NODE_STATUS})
+
+    def ready(node: dict[str, Any]) -> bool:
+        taints = (node.get("spec") or {}).get("taints") or []
+        return not any(taint.get("key") == NOT_READY_TAINT for taint in taints)
+
+    async with asyncio.timeout(READY_WAIT_S):
+        while True:
+            node = await client.get(f"/api/v1/nodes/{name}")
+            if ready(node):
+                return
+            async for event in client.watch(
+                "/api/v1/nodes",
+                field_selector=f"metadata.name={name}",
+                resource_version=node["metadata"]["resourceVersion"],
+            ):
+                if ready(event.get("object") or {}):
+                    return
 
 
 @dataclass

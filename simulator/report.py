@@ -69,7 +69,11 @@ class SimulationReport:
                     **camel_case_keys({k: v for k, v in asdict(pod).items() if k != "containers"}),
                     # Container names and env var names are data, not field names.
                     "containers": {
-                        name: camel_case_keys(asdict(container))
+                        name: {
+                            "cdiDevices": container.cdi_devices,
+                            "env": container.env,
+                            "mounts": container.mounts,
+                        }
                         for name, container in pod.containers.items()
                     },
                 }
@@ -122,7 +126,7 @@ def render_report(report: SimulationReport, console: Console) -> None:
                 env or "-",
             )
     console.print(pods)
-    if report.running:
+    if any(pod.spec_files for pod in report.running):
         files = Table(title="CDI spec files written", expand=False)
         files.add_column("pod")
         files.add_column("spec file", overflow="fold")
