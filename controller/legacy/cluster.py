@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,17 @@ QUOTAS = "/api/v1/resourcequotas"
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+_PENDING = sys.maxsize
+
+
+def _version_number(version: str) -> int:
+    """resourceVersions compared as integers, as kube-scheduler's assume cache does."""
+    try:
+        return int(version)
+    except ValueError:
+        return -1
 
 
 def _node_fingerprint(node: Mapping[str, Any], count_resource: str) -> tuple[Any, ...]:
@@ -91,6 +103,9 @@ class ClusterState:
         self.rebuilds = 0
         self._fingerprints: dict[str, tuple[Any, ...]] = {}
         self._engine: Engine | None = None
+        self._versions: dict[str, int] = {}
+        """Per pod, the newest resourceVersion applied (or _PENDING while Filter's
+        own write is in flight): an older event is stale and ignored."""
         self._handshakes: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -151,11 +166,25 @@ class ClusterState:
         return QuotaLedger({(ns, self.vendor.name): q for ns, q in limits.items()})
 
     def record(self, allocation: PodAllocation) -> None:
-        """Note an allocation the engine has already been charged with (by Filter)."""
+        """Note an allocation the engine has already been charged with (by Filter).
+
+        Until `confirm` gives the version that carries it, watch events of the
+        pod are older than this allocation (its creation, say) and are ignored,
+        so a late event cannot hand the share out a second time.
+        """
         self.allocations[allocation.uid] = allocation
+        self._versions[allocation.uid] = _PENDING
+
+    def confirm(self, uid: str, resource_version: str) -> None:
+        """The pod's annotations were written at `resource_version`: events from
+        that version on are read as usual."""
+        if self._versions.get(uid) == _PENDING:
+            self._versions[uid] = _version_number(resource_version)
 
     def forget(self, uid: str) -> PodAllocation | None:
         """Drop a pod's allocation and give its share back to the engine."""
+        if self._versions.get(uid) == _PENDING:
+            del self._versions[uid]
         allocation = self.allocations.pop(uid, None)
         if allocation is not None:
             self._charge(allocation, release=True)
@@ -226,6 +255,13 @@ class ClusterState:
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         uid = pod_uid(pod)
+        if kind == "DELETED":
+            self._versions.pop(uid, None)
+        else:
+            version = _version_number((pod.get("metadata") or {}).get("resourceVersion", ""))
+            if version < self._versions.get(uid, -1):
+                return
+            self._versions[uid] = version
         allocation = None
         if kind != "DELETED":
             try:

@@ -230,7 +230,7 @@ class Extender:
             }
         }
         try:
-            await self.client.patch(_pods_path(request.namespace, request.name), body)
+            patched = await self.client.patch(_pods_path(request.namespace, request.name), body)
         except DriverError as error:
             async with self.state.lock:
                 self.state.forget(uid)
@@ -238,6 +238,7 @@ class Extender:
                 "pod annotations not written", extra={"pod": _pod_name(pod), "error": str(error)}
             )
             return filter_answer(error=f"pod {_pod_name(pod)}: writing the allocation: {error}")
+        self.state.confirm(uid, (patched.get("metadata") or {}).get("resourceVersion", ""))
         self.events.pod_event(
             pod, NORMAL, FILTERING_SUCCEED, f"Successfully filtered to node {node}"
         )

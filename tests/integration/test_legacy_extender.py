@@ -285,3 +285,45 @@ async def test_bind_of_a_pod_without_gpu_takes_no_lock(cluster) -> None:
         assert NODE_LOCK not in node["metadata"]["annotations"]
         stored = await client.get(object_path(pods_path(NS), "cpu"))
         assert stored["spec"]["nodeName"] == "n1"
+
+
+async def test_late_watch_event_keeps_the_share_and_deletion_frees_it(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "n1", gpus=1)
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        nodes = await node_objects(client, "n1")
+        first = await create_pod(client, gpu_pod("first", NS))
+        second = await create_pod(client, gpu_pod("second", NS))
+        assert (await scheduler.filter(first, nodes)).feasible == ["n1"]
+        key = f"{NS}/first"
+        await server.state.pods.wait_for(
+            lambda store: VGPU_NODE in (store[key]["metadata"].get("annotations") or {})
+        )
+        for handler in server.state.pods.handlers:
+            handler("ADDED", first)
+        assert (await scheduler.filter(second, nodes)).failed == {
+            "n1": "1/1 CardInsufficientMemory"
+        }
+        await client.delete(object_path(pods_path(NS), "first"))
+        uid = first["metadata"]["uid"]
+        await server.state.pods.wait_for(lambda _: uid not in server.state.allocations)
+        assert (await scheduler.filter(second, nodes)).feasible == ["n1"]
+
+
+async def test_namespace_quota_limits_filter(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "n1")
+    quota = {
+        "metadata": {"name": "gpu", "namespace": NS},
+        "spec": {"hard": {"limits.nvidia.com/gpumem": "5000"}},
+    }
+    await client.create(f"/api/v1/namespaces/{NS}/resourcequotas", quota)
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        await server.state.quotas.wait_for(lambda store: len(store) == 1)
+        nodes = await node_objects(client, "n1")
+        first = await create_pod(client, gpu_pod("a", NS, gpumem=3000))
+        assert (await scheduler.filter(first, nodes)).feasible == ["n1"]
+        second = await create_pod(client, gpu_pod("b", NS, gpumem=3000))
+        assert (await scheduler.filter(second, nodes)).failed == {"n1": "2/2 ResourceQuotaNotFit"}
