@@ -20,6 +20,7 @@ from api import hami_annotations as keys
 from api.hami_annotations import BindPhase, ContainerDevice, encode_pod_devices
 from controller.legacy.cluster import ClusterState
 from controller.legacy.events import NORMAL, WARNING, EventRecorder
+from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid
 from dra_driver.engine.engine import Placement
 from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
@@ -67,9 +68,8 @@ def parse_filter_args(body: object) -> FilterArgs:
     if not isinstance(body, dict):
         raise InvalidParameterError("ExtenderArgs", "expected a JSON object")
     pod = body.get("Pod")
-    if not isinstance(pod, dict) or not isinstance(pod.get("metadata"), dict):
-        raise InvalidParameterError("Pod", "expected a Pod object with metadata")
-    if not pod["metadata"].get("name"):
+    check_pod_shape(pod, "Pod")
+    if not isinstance(pod.get("metadata"), dict) or not pod["metadata"].get("name"):
         raise InvalidParameterError("Pod.metadata.name", "is required")
     names, nodes = body.get("NodeNames"), body.get("Nodes")
     if names is not None and (
@@ -184,7 +184,10 @@ class Extender:
     def _simulate(self, request: PodRequest, args: FilterArgs) -> dict[str, Any]:
         """Full-Nodes requests: decide, change nothing (HAMi's simulation path)."""
         usable, failed = self._split(args.candidates)
-        decision = self.state.engine().decide(request, usable)
+        try:
+            decision = self.state.engine().decide(request, usable)
+        except InvalidParameterError as error:
+            return filter_answer(error=f"pod {_pod_name(args.pod)}: {error}")
         failed.update(decision.failures)
         if decision.placement is None:
             return filter_answer(failed=failed, nodes=[])
@@ -203,7 +206,10 @@ class Extender:
             self.state.forget(uid)
             usable, failed = self._split(candidates)
             engine = self.state.engine()
-            decision = engine.decide(request, usable)
+            try:
+                decision = engine.decide(request, usable)
+            except InvalidParameterError as error:
+                return filter_answer(error=f"pod {_pod_name(pod)}: {error}")
             failed.update(decision.failures)
             placement = decision.placement
             if placement is not None:

@@ -26,6 +26,7 @@ from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
 from controller.legacy.events import EventRecorder
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
+from controller.legacy.pod_shape import check_pod_shape
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
@@ -200,8 +201,10 @@ class LegacyServer:
         kind = resource_kind.get("kind") if isinstance(resource_kind, dict) else None
         if kind not in (None, "Pod") or review.get("operation", "CREATE") != "CREATE":
             return web.json_response(admission_response(uid, allow()))
-        if not isinstance(pod, dict):
-            return _bad_request("request.object must be a Pod", "error")
+        try:
+            check_pod_shape(pod, "request.object")
+        except InvalidParameterError as error:
+            return _bad_request(str(error), "error")
         namespace = review.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
         quota = self.state.quota_ledger().quotas.get((namespace, self.state.vendor.name))
         decision = review_pod(pod, namespace, self.settings, quota)

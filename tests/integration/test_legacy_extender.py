@@ -197,6 +197,27 @@ async def test_locked_node_blocks_another_pod_until_released(cluster) -> None:
         (b'{"Pod": {"metadata": {"name": "p"}}, "NodeNames": [1]}', 400, "NodeNames"),
         (b'{"Pod": {"metadata": {"name": "p"}}}', 400, "NodeNames or Nodes"),
         (b'{"Pod": "x", "NodeNames": []}', 400, "Pod"),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": "x"}}, "NodeNames": []}',
+            400,
+            "Pod.spec.containers: expected a list",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [7]}}, "NodeNames": []}',
+            400,
+            "Pod.spec.containers[0]: expected an object",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p", "annotations": {"a": 1}}}, "NodeNames": []}',
+            400,
+            "Pod.metadata.annotations: values must be strings",
+        ),
+        (
+            b'{"Pod": {"metadata": {"name": "p"}, "spec": {"containers": [{"resources": '
+            b'{"limits": []}}]}}, "NodeNames": []}',
+            400,
+            "Pod.spec.containers[0].resources.limits: expected an object",
+        ),
     ],
 )
 async def test_malformed_filter_args_get_400_naming_the_field(
@@ -327,3 +348,16 @@ async def test_namespace_quota_limits_filter(cluster) -> None:
         assert (await scheduler.filter(first, nodes)).feasible == ["n1"]
         second = await create_pod(client, gpu_pod("b", NS, gpumem=3000))
         assert (await scheduler.filter(second, nodes)).failed == {"n1": "2/2 ResourceQuotaNotFit"}
+
+
+async def test_unknown_scheduling_policy_is_a_clear_error(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "n1")
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        pod = gpu_pod("odd-policy", NS, gpumem=1000)
+        pod["metadata"]["annotations"] = {"hami.io/gpu-scheduler-policy": "fastest"}
+        pod = await create_pod(client, pod)
+        cycle = await scheduler.schedule_once(pod, await node_objects(client, "n1"))
+        assert cycle.reason == SCHEDULER_ERROR
+        assert "unknown policy 'fastest'" in cycle.message

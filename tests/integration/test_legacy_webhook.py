@@ -152,7 +152,13 @@ async def test_namespace_quota_counts_pods_already_placed(cluster) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"{", b"[]", b'{"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "u"}}'],
+    [
+        b"{",
+        b"[]",
+        b'{"apiVersion": "v1", "kind": "AdmissionReview", "request": {"uid": "u"}}',
+        b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": '
+        b'{"uid": "u", "object": {"spec": {"containers": [{"env": {}}]}}}}',
+    ],
 )
 async def test_malformed_review_is_400(cluster, body: bytes) -> None:
     _, client = cluster
