@@ -121,9 +121,21 @@ class ClusterState:
             self._tasks.append(asyncio.create_task(informer.run(), name=name))
         self._tasks.append(asyncio.create_task(self._write_handshakes(), name="legacy-handshake"))
         self._tasks.append(asyncio.create_task(self._refresh_health(), name="legacy-health"))
-        await asyncio.gather(
-            self.nodes.synced.wait(), self.pods.synced.wait(), self.quotas.synced.wait()
-        )
+        synced = asyncio.create_task(self._synced(), name="legacy-synced")
+        await asyncio.wait([synced, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        if not synced.done():
+            await cancel_and_wait([synced])
+            failed = next(task for task in self._tasks if task.done())
+            self._tasks.remove(failed)
+            await self.aclose()
+            error = None if failed.cancelled() else failed.exception()
+            raise DriverError(f"cache {failed.get_name()} stopped before listing: {error}") from (
+                error
+            )
+
+    async def _synced(self) -> None:
+        for informer in (self.nodes, self.pods, self.quotas):
+            await informer.synced.wait()
 
     async def aclose(self) -> None:
         await cancel_and_wait(self._tasks)

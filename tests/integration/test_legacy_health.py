@@ -22,6 +22,7 @@ from api.hami_annotations import NODE_HANDSHAKE
 from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
+from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.apiserver import APIServer
 
@@ -102,3 +103,12 @@ async def test_no_handshake_written_for_unregistered_nodes(cluster) -> None:
         await server.state.nodes.wait_for(lambda store: handshake(store, "gpu") is not None)
         assert handshake(server.state.nodes.store, "plain") is None
         assert server_api.faults.count("/nodes/plain", verb="PATCH") == 0
+
+
+async def test_cache_that_cannot_list_fails_start_with_the_reason(cluster) -> None:
+    server_api, client = cluster
+    server_api.faults.fail("/api/v1/pods", verb="GET", status=403, times=1000)
+    server = LegacyServer(client, LegacySettings(), ServeSettings(port=0))
+    with pytest.raises(DriverError, match="cache legacy-pods stopped before listing: 403"):
+        await server.start()
+    await server.aclose()
