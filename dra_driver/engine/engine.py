@@ -17,7 +17,7 @@ import bisect
 import itertools
 import logging
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from dra_driver.engine.fit import (
     FULL_CARD_CORES,
@@ -344,8 +344,8 @@ class Engine:
                 for q in (self.quota.quotas.get((pod.namespace, vendor)),)
                 if q is not None
             )
-        shape = replace(pod, namespace="", name="", node_policy=None, dropped=())
-        return shape, pod.gpu_policy or self.settings.gpu_policy, quota
+        policy = pod.gpu_policy or self.settings.gpu_policy
+        return pod.containers, pod.init_containers, policy, pod.weights, quota
 
     def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
         ctx = FitContext(

@@ -287,3 +287,15 @@ def test_a_later_app_container_is_judged_on_what_earlier_ones_took():
     eng = engine(node("n", devices=devices), usage=usage)
     decision = eng.decide(pod(req(memory=600), req(count=2, memory=600)), explain_all=True)
     assert decision.failures == {"n": "2/2 CardInsufficientMemory"}
+
+
+def test_refusals_are_kept_apart_by_policy_and_init_containers():
+    usage = {"n": {"GPU-n-0": DeviceUsage(1, 100, 10)}}
+    eng = engine(node("n", 1), usage=usage)
+    assert eng.decide(pod(req(memory=1), gpu_policy="mutex")).failures == {
+        "n": "1/1 ExclusiveDeviceAllocateConflict"
+    }
+    assert eng.decide(pod(req(memory=1), gpu_policy="spread")).placement is not None
+    too_big_first = pod(req(memory=1), init=[req(memory=90000)])
+    assert eng.decide(too_big_first).failures == {"n": "1/1 CardInsufficientMemory"}
+    assert eng.decide(pod(req(memory=1))).placement is not None
