@@ -143,7 +143,9 @@ class ClusterState:
 
     @property
     def ready(self) -> bool:
-        return all(i.synced.is_set() for i in (self.nodes, self.pods, self.quotas))
+        """Every cache has listed and none of the background tasks has stopped."""
+        synced = all(i.synced.is_set() for i in (self.nodes, self.pods, self.quotas))
+        return synced and bool(self._tasks) and not any(task.done() for task in self._tasks)
 
     # -- the engine
 

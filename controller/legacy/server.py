@@ -132,7 +132,13 @@ class LegacyServer:
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.serve.host, self.serve.port, ssl_context=context)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as error:
+            await self.aclose()
+            raise InvalidParameterError(
+                "--host/--port", f"cannot listen on {self.serve.host}:{self.serve.port}: {error}"
+            ) from error
         self.port = self._runner.addresses[0][1]
         log.info(
             "legacy scheduler serving",

@@ -112,3 +112,13 @@ async def test_cache_that_cannot_list_fails_start_with_the_reason(cluster) -> No
     with pytest.raises(DriverError, match="cache legacy-pods stopped before listing: 403"):
         await server.start()
     await server.aclose()
+
+
+async def test_port_in_use_is_a_clear_error_and_nothing_leaks(cluster) -> None:
+    _, client = cluster
+    async with LegacyServer(client, LegacySettings(), ServeSettings(port=0)) as first:
+        assert first.state.ready
+        second = LegacyServer(client, LegacySettings(), ServeSettings(port=first.port))
+        with pytest.raises(DriverError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+            await second.start()
+        assert not second.state.ready
