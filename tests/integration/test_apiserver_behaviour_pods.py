@@ -68,6 +68,13 @@ def test_evicting_an_unbound_pod_deletes_it_at_once(api: ApiClient, ns: str) -> 
     assert (code, status["kind"], status["status"]) == (201, "Status", "Success")
     code, missing = send(api, "GET", f"/api/v1/namespaces/{ns}/pods/evicted")
     assert (code, missing["reason"]) == (404, "NotFound")
+    listed = {r.name: r for r in core.get_api_resources().resources}
+    eviction_kind = listed["pods/eviction"]
+    assert (eviction_kind.group, eviction_kind.kind, eviction_kind.verbs) == (
+        "policy",
+        "Eviction",
+        ["create"],
+    )
 
 
 def test_evicting_a_bound_pod_terminates_it_gracefully(api: ApiClient, ns: str) -> None:

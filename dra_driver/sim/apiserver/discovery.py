@@ -19,6 +19,14 @@ VERSION_INFO: dict[str, str] = {
 }
 
 
+_SUBRESOURCES: dict[str, dict[str, Any]] = {
+    "binding": {"kind": "Binding", "verbs": ["create"]},
+    "eviction": {"group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]},
+    "finalize": {"verbs": ["update"]},
+}
+"""How a subresource differs from `<plural>/status` in discovery, as the real server lists it."""
+
+
 def core_versions(server_address: str) -> dict[str, Any]:
     return {
         "kind": "APIVersions",
@@ -65,17 +73,15 @@ def resource_list(registry: Registry, group_name: str, version: str) -> dict[str
             entry["shortNames"] = list(r.short_names)
         resources.append(entry)
         for sub in sorted(r.subresources):
-            verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
-            kind = "Binding" if sub == "binding" else r.kind
-            resources.append(
-                {
-                    "name": f"{r.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": kind,
-                    "verbs": verbs,
-                }
-            )
+            entry = {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": ["get", "patch", "update"],
+            }
+            entry.update(_SUBRESOURCES.get(sub, {}))
+            resources.append(entry)
     group_version = f"{group_name}/{version}" if group_name else version
     return {
         "kind": "APIResourceList",
