@@ -23,6 +23,13 @@ from dra_driver.errors import DriverError, TransientError
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
+USER_AGENT_PRODUCT = "vgpu-dra-driver"
+
+
+def component_user_agent(component: str) -> str:
+    """`vgpu-dra-driver/<component>`: API server audit logs (and the emulator's RBAC
+    audit) tell the driver's components apart by it."""
+    return f"{USER_AGENT_PRODUCT}/{component}"
 
 
 class ApiError(DriverError):
@@ -88,16 +95,27 @@ class KubeClient:
     Paths are API paths such as `/apis/resource.k8s.io/v1/resourceslices`.
     """
 
-    def __init__(self, api_client: aio_client.ApiClient, request_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        api_client: aio_client.ApiClient,
+        request_timeout: float = 30.0,
+        *,
+        user_agent: str | None = None,
+        owns_session: bool = True,
+    ) -> None:
         self.api_client = api_client
         self.request_timeout = request_timeout
         """Seconds a plain request may take; watches are bounded by `timeoutSeconds`."""
+        self.user_agent = user_agent
+        """Sent instead of the library's default when set (see `for_component`)."""
+        self._owns_session = owns_session
 
     @classmethod
     async def from_kubeconfig(
-        cls, path: Path | None = None, request_timeout: float = 30.0
+        cls, path: Path | None = None, request_timeout: float = 30.0, component: str | None = None
     ) -> KubeClient:
-        """From a kubeconfig file, or the in-cluster service account when None."""
+        """From a kubeconfig file, or the in-cluster service account when None; `component`
+        names the caller in the User-Agent."""
         configuration = aio_client.Configuration()
         if path is None:
             aio_config.load_incluster_config(client_configuration=configuration)
@@ -105,10 +123,22 @@ class KubeClient:
             await aio_config.load_kube_config(
                 config_file=str(path), client_configuration=configuration
             )
-        return cls(aio_client.ApiClient(configuration), request_timeout)
+        user_agent = component_user_agent(component) if component else None
+        return cls(aio_client.ApiClient(configuration), request_timeout, user_agent=user_agent)
+
+    def for_component(self, component: str) -> KubeClient:
+        """The same connection pool, but requests say `vgpu-dra-driver/<component>`; closing
+        it leaves the shared session to its owner."""
+        return KubeClient(
+            self.api_client,
+            self.request_timeout,
+            user_agent=component_user_agent(component),
+            owns_session=False,
+        )
 
     async def aclose(self) -> None:
-        await self.api_client.close()
+        if self._owns_session:
+            await self.api_client.close()
 
     async def _call(
         self,
@@ -134,6 +164,8 @@ class KubeClient:
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             auth_settings=["BearerToken"],
         )
+        if self.user_agent is not None:
+            headers = {**headers, "User-Agent": self.user_agent}
         try:
             return await self.api_client.call_api(
                 method, url, header_params=headers, body=body, _request_timeout=deadline

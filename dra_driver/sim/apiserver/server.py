@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery
+from . import audit, discovery
 from .cluster import Cluster, check_delete_options, check_dry_run
 from .controllers import Controllers
 from .conversion import PRESENTERS
@@ -34,6 +34,15 @@ from .settings import APIServerSettings
 from .store import Bucket, Storage, Watcher
 
 _TRUE = ("1", "true", "True")
+_COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
+_ITEM_VERBS = {
+    "GET": "get",
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
+"""HTTP method -> RBAC verb (`pods/binding` and `pods/eviction` are POSTs: `create`)."""
 _JSON = "application/json"
 _CREATED = {
     "kind": "Status",
@@ -308,9 +317,12 @@ class APIServer:
     ) -> web.StreamResponse:
         query = request.query
         method = request.method
+        watch = method == "GET" and query.get("watch") in _TRUE
+        verb = "watch" if watch else _COLLECTION_VERBS.get(method, method.lower())
+        audit.record(request.headers.get("User-Agent", ""), verb, resource.group, resource.plural)
         if method == "GET":
             labels, fields = self._selectors(resource, query)
-            if query.get("watch") in _TRUE:
+            if watch:
                 return await self._watch(request, resource, namespace, labels, fields)
             try:
                 limit = int(query.get("limit") or 0)
@@ -372,6 +384,14 @@ class APIServer:
     ) -> web.StreamResponse:
         method = request.method
         cluster = self.cluster
+        verb = _ITEM_VERBS.get(method, method.lower())
+        audit.record(
+            request.headers.get("User-Agent", ""),
+            verb,
+            resource.group,
+            resource.plural,
+            subresource,
+        )
         if subresource in ("binding", "eviction"):
             if method != "POST":
                 raise method_not_allowed(method)
