@@ -78,10 +78,13 @@ async def admit(url: str, pod: dict[str, Any], ca: Path | None = None):
 
 
 @needs_fixtures
-async def test_captured_review_over_tls_gets_our_scheduler(cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("capture", ["admissionreview.request", "admissionreview.request.dry-run"])
+async def test_captured_review_over_tls_gets_our_scheduler(
+    cluster, tmp_path: Path, capture: str
+) -> None:
     _, client = cluster
     cert, key = self_signed(tmp_path)
-    captured = load_fixture("mutating-webhook/admissionreview.request.json")
+    captured = load_fixture(f"mutating-webhook/{capture}.json")
     async with (
         legacy_scheduler(client, tls_cert=cert, tls_key=key) as server,
         AdmissionClient(
