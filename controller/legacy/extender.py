@@ -263,6 +263,12 @@ class Extender:
             needs_lock = self._request(pod).has_devices()
         except InvalidParameterError as error:
             return {"Error": f"pod {name}: {error}"}
+        assigned = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.VGPU_NODE)
+        if needs_lock and assigned != args.node:
+            # Its device list was chosen on another node (or not at all): binding here
+            # would hand the device plugin UUIDs that node does not have.
+            where = f"node {assigned}" if assigned else "no node yet"
+            return {"Error": f"pod {name}: its GPUs were filtered on {where}, not {args.node}"}
         try:
             if needs_lock:
                 await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)

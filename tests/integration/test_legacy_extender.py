@@ -37,7 +37,11 @@ from api.hami_annotations import (
 )
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.scheduler_extender import SCHEDULER_ERROR, UNSCHEDULABLE
+from dra_driver.sim.scheduler_extender import (
+    SCHEDULER_ERROR,
+    UNSCHEDULABLE,
+    ExtenderCallError,
+)
 
 NS = "gpu-test"
 
@@ -361,3 +365,21 @@ async def test_unknown_scheduling_policy_is_a_clear_error(cluster) -> None:
         cycle = await scheduler.schedule_once(pod, await node_objects(client, "n1"))
         assert cycle.reason == SCHEDULER_ERROR
         assert "unknown policy 'fastest'" in cycle.message
+
+
+async def test_bind_refuses_a_node_the_pod_was_not_filtered_for(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "n1")
+    await add_gpu_node(client, "n2")
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1", "n2")
+        pod = await create_pod(client, gpu_pod("p", NS, gpumem=1000))
+        with pytest.raises(ExtenderCallError, match="filtered on no node yet, not n1"):
+            await scheduler.bind(pod, "n1")
+        chosen = (await scheduler.filter(pod, await node_objects(client, "n1", "n2"))).feasible
+        other = "n2" if chosen == ["n1"] else "n1"
+        with pytest.raises(ExtenderCallError, match=f"filtered on node {chosen[0]}, not {other}"):
+            await scheduler.bind(pod, other)
+        for name in ("n1", "n2"):
+            node = await client.get(object_path("/api/v1/nodes", name))
+            assert NODE_LOCK not in node["metadata"]["annotations"]
