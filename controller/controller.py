@@ -166,6 +166,8 @@ class Controller:
         vendors: VendorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
+        client = client.for_component("controller")
         self.client = client
         self.settings = settings
         self.metrics = metrics

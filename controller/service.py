@@ -157,7 +157,7 @@ async def run_controller(
 async def serve_controller(
     settings: ServiceSettings, kubeconfig: Path | None, stop: asyncio.Event
 ) -> None:
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="controller")
     try:
         await run_controller(client, settings, stop)
     finally:

@@ -25,6 +25,8 @@ from dra_driver.tls_bundle import TlsBundle, bundle_problem, issue_bundle, servi
 
 log = logging.getLogger(__name__)
 
+COMPONENT = "certs"
+"""User-Agent component: the RBAC audit checks these calls against the certs Job's roles."""
 TLS_SECRET_TYPE = "kubernetes.io/tls"
 WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 ATTEMPTS = 3
@@ -190,6 +192,7 @@ def _ca_bundle_patch(
 async def ensure_certificates(
     client: KubeClient, settings: CertsSettings, now: datetime
 ) -> CertsReport:
+    client = client.for_component(COMPONENT)
     report = CertsReport()
     bundle = await ensure_secret(client, settings, now, report)
     await ensure_ca_bundle(client, settings, bundle.ca_cert, report)
@@ -201,7 +204,7 @@ async def run_certs(
     settings: CertsSettings,
     emit: Callable[[str], None] = print,
 ) -> int:
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
     try:
         report = await ensure_certificates(client, settings, datetime.now(UTC))
     finally:

@@ -129,6 +129,8 @@ class KubeletPlugin:
         backend: GpuBackend,
         registry: CollectorRegistry,
     ) -> None:
+        # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
+        client = client.for_component("kubelet-plugin")
         self.settings = settings
         self.client = client
         self.backend = backend

@@ -61,7 +61,7 @@ async def serve_kubelet_plugin(
     metrics_address: tuple[str, int] | None = None,
 ) -> None:
     """Run until `stop`; `/metrics` is served on `metrics_address` when given."""
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="kubelet-plugin")
     registry = CollectorRegistry()
     try:
         plugin = KubeletPlugin(settings, client, open_backend(settings), registry)
@@ -80,7 +80,7 @@ async def remove_node_slices(settings: PluginSettings, kubeconfig: Path | None) 
 
     A running plugin never does this on its own: its slices survive restarts.
     """
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="kubelet-plugin")
     try:
         await SlicePublisher(client, settings.node_name, settings.slices).remove_all()
     finally:

@@ -33,6 +33,8 @@ class MonitorService:
         host: HostGpuBackend,
         registry: CollectorRegistry,
     ) -> None:
+        # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
+        client = client.for_component("monitor")
         self.claims, self.pods = ClaimIndex(), PodIndex()
         node_selector = f"spec.nodeName={settings.node_name}" if settings.node_name else None
         self.informers = [
@@ -73,7 +75,7 @@ async def serve_monitor(
     settings: MonitorSettings, kubeconfig: Path | None, stop: asyncio.Event
 ) -> None:
     """Serve until `stop` is set (the CLI's entry point)."""
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="monitor")
     try:
         async with MonitorService(settings, client, open_host_backend(), CollectorRegistry()):
             await stop.wait()

@@ -102,6 +102,8 @@ class LegacyServer:
         serve: ServeSettings,
         state: ClusterState | None = None,
     ) -> None:
+        # Extender and webhook share one ServiceAccount, so one User-Agent for the RBAC audit.
+        client = client.for_component("legacy-scheduler")
         self.client = client
         self.settings = settings
         self.serve = serve
@@ -226,7 +228,7 @@ async def serve_legacy(
     stop: asyncio.Event,
 ) -> None:
     """Run until `stop` is set (the CLI's entry point)."""
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="legacy-scheduler")
     try:
         async with LegacyServer(client, settings, serve):
             await stop.wait()

@@ -49,7 +49,7 @@ async def serve_device_plugin(
     settings: DevicePluginSettings, kubeconfig: Path | None, stop: asyncio.Event
 ) -> None:
     """Run until `stop`."""
-    client = await KubeClient.from_kubeconfig(kubeconfig)
+    client = await KubeClient.from_kubeconfig(kubeconfig, component="device-plugin")
     try:
         async with DevicePlugin(settings, client, open_gpu_backend(settings.mock_gpus)):
             await stop.wait()

@@ -102,6 +102,8 @@ def _identity(path: Path) -> tuple[int, int] | None:
 
 class DevicePlugin:
     def __init__(self, settings: DevicePluginSettings, client: KubeClient, backend: GpuBackend):
+        # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
+        client = client.for_component("device-plugin")
         self.settings = settings
         self.client = client
         self.backend = backend

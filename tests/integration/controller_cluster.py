@@ -285,7 +285,9 @@ async def controller(
     settings: ControllerSettings = FAST,
     registry: CollectorRegistry | None = None,
 ) -> AsyncIterator[Controller]:
-    recorder = EventRecorder(client, EventSettings(component="vgpu-dra-controller"))
+    recorder = EventRecorder(
+        client.for_component("controller"), EventSettings(component="vgpu-dra-controller")
+    )
     recorder.start()
     running = Controller(
         client, settings, ControllerMetrics(registry or CollectorRegistry()), recorder
