@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import time
@@ -39,10 +40,15 @@ from controller.inventory import (
     usage_by_node,
 )
 from controller.metrics import ControllerMetrics, ShareRecord, ViewSnapshot
-from controller.node_filter import TERMINAL_PHASES, node_refusal, requests_total
+from controller.node_filter import (
+    TERMINAL_PHASES,
+    node_refusal,
+    pod_resource_requests,
+    requests_total,
+)
 from controller.requests import RequestContext, claim_name, pod_variants
 from controller.settings import ControllerSettings
-from dra_driver.dra_cel import SelectorCache, cel_device_from_slice
+from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.vendors import VendorRegistry
@@ -73,6 +79,9 @@ MOVED = "AllocationMoved"
 STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
 """kube-scheduler's DRA messages for claims it saw unallocated (a cycle that raced us)."""
 SNAPSHOT_PERIOD_S = 1.0
+SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
+"""The pod spec fields node predicates read (with its resource requests)."""
+MAX_REMEMBERED_REFUSALS = 200_000
 DELETED_PODS_REMEMBERED = 100_000
 
 
@@ -181,10 +190,12 @@ class Controller:
         self.claims = make(CLAIMS, self._on_claim)
         self.pods = make(PODS, self._on_pod)
         self.nodes = make(NODES, self._on_change)
-        self.classes = make(CLASSES, self._on_change)
+        self.classes = make(CLASSES, self._on_class)
         self.quotas = make(QUOTAS, self._on_change)
         self.claim_view = AssumeCache(self.claims)
         self.selectors = SelectorCache()
+        self._cel_devices: dict[tuple[str, int, str], CelDevice] = {}
+        self._context: RequestContext | None = None
         self.ready = asyncio.Event()
         self.inventory = Inventory()
         self.engine = Engine([])
@@ -206,6 +217,8 @@ class Controller:
         self._pod_node: dict[str, str] = {}
         self._node_pods: dict[str, set[str]] = {}
         self._node_used: dict[str, tuple[int, dict[str, Decimal]]] = {}
+        self._node_epoch: dict[str, int] = {}
+        self._refusals: dict[tuple[str, str], tuple[tuple[str, int], str | None]] = {}
         self._deleted_pods: dict[str, None] = {}
         self._signatures: dict[str, Any] = {}
         self._writes: set[asyncio.Task[None]] = set()
@@ -281,6 +294,10 @@ class Controller:
         self._usage_dirty = True
         self._changed()
 
+    def _on_class(self, kind: str, obj: dict[str, Any]) -> None:
+        self._context = None
+        self._on_change(kind, obj)
+
     def _on_slice(self, kind: str, obj: dict[str, Any]) -> None:
         self._inventory_dirty = True
         self._usage_dirty = True
@@ -306,7 +323,9 @@ class Controller:
     def _on_claim(self, kind: str, claim: dict[str, Any]) -> None:
         key = object_key(claim)
         signature = None if kind == "DELETED" else self._signature(claim)
-        if signature != self._signatures.get(key):
+        if self._is_own_echo(key, claim):
+            self._signatures[key] = signature
+        elif signature != self._signatures.get(key):
             self._usage_dirty = True
             self._changed()
         if signature is None:
@@ -318,6 +337,19 @@ class Controller:
         if _allocation(claim) is not None and kind != "DELETED":
             self._cleanup.add(key)
             self._wake.set()
+
+    def _is_own_echo(self, key: str, claim: Mapping[str, Any]) -> bool:
+        """The watch shows an allocation this process is writing (before its response):
+        the engine already holds it, nothing changed."""
+        pending = self._pending.get(key)
+        allocation = _allocation(claim)
+        if pending is None or allocation is None:
+            return False
+        share_ids = [
+            r.get("shareID") for r in (allocation.get("devices") or {}).get("results") or []
+        ]
+        expected = [r.get("shareID") for r in pending["devices"]["results"]]
+        return share_ids == expected
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         key = object_key(pod)
@@ -364,10 +396,12 @@ class Controller:
         if previous is not None:
             self._node_pods.get(previous, set()).discard(key)
             self._node_used.pop(previous, None)
+            self._node_epoch[previous] = self._node_epoch.get(previous, 0) + 1
         if node:
             self._pod_node[key] = node
             self._node_pods.setdefault(node, set()).add(key)
             self._node_used.pop(node, None)
+            self._node_epoch[node] = self._node_epoch.get(node, 0) + 1
         if previous != node:
             self._changed()
 
@@ -422,6 +456,9 @@ class Controller:
             )
             self._inventory_dirty = False
             self._usage_dirty = True
+            self._context = None
+            live = {device.cache_key for device in self.inventory.by_uuid.values()}
+            self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
         if not self._usage_dirty:
             return
         claims = self.effective_claims()
@@ -491,10 +528,25 @@ class Controller:
                 return True
         return False
 
+    def _request_context(self) -> RequestContext:
+        """One per inventory and set of classes, so its selection memo stays valid."""
+        if self._context is None:
+            self._context = RequestContext(
+                driver=self.settings.driver,
+                device_classes=self.settings.device_classes,
+                classes=self.classes.store,
+                inventory=self.inventory,
+                selector_match=self._selector_match,
+                vendors=self.vendors,
+            )
+        return self._context
+
     def _selector_match(self, expression: str, device: PublishedDevice) -> bool:
-        return self.selectors.matches(
-            expression, device.cache_key, cel_device_from_slice(device.driver, device.spec)
-        )
+        cel_device = self._cel_devices.get(device.cache_key)
+        if cel_device is None:
+            cel_device = cel_device_from_slice(device.driver, device.spec)
+            self._cel_devices[device.cache_key] = cel_device
+        return self.selectors.matches(expression, device.cache_key, cel_device)
 
     def _node_usage(self, node: str) -> tuple[int, dict[str, Decimal]]:
         cached = self._node_used.get(node)
@@ -511,6 +563,12 @@ class Controller:
         candidates: list[str] = []
         refused: dict[str, str] = {}
         now = self.clock()
+        requested = pod_resource_requests(pod)
+        spec = pod.get("spec") or {}
+        shape = json.dumps(
+            [spec.get(k) for k in SCHEDULING_FIELDS] + sorted(map(str, requested.items())),
+            sort_keys=True,
+        )
         avoided = {
             n
             for n, until in self._avoid.get(pod["metadata"].get("uid", ""), {}).items()
@@ -525,12 +583,32 @@ class Controller:
             elif name in avoided:
                 refused[name] = AVOIDED_NODE
             else:
-                reason = node_refusal(pod, node, *self._node_usage(name))
+                reason = self._node_refusal(shape, pod, node, requested)
                 if reason is None:
                     candidates.append(name)
                 else:
                     refused[name] = reason
         return candidates, refused
+
+    def _node_refusal(
+        self,
+        shape: str,
+        pod: Mapping[str, Any],
+        node: Mapping[str, Any],
+        requested: Mapping[str, Decimal],
+    ) -> str | None:
+        """node_refusal, remembered per pod shape until the node or its pods change."""
+        name = node["metadata"]["name"]
+        version = (node["metadata"].get("resourceVersion", ""), self._node_epoch.get(name, 0))
+        cached = self._refusals.get((shape, name))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        count, used = self._node_usage(name)
+        reason = node_refusal(pod, node, count, used, requested)
+        if len(self._refusals) > MAX_REMEMBERED_REFUSALS:
+            self._refusals.clear()
+        self._refusals[(shape, name)] = (version, reason)
+        return reason
 
     def _sync_pod(self, key: str) -> None:
         pod = self.pods.get(key)
@@ -560,14 +638,7 @@ class Controller:
             if c is not None and (node := _allocated_node(c) or self._pending_node(c))
         }
         candidates, refused = self._candidates(pod, pinned)
-        context = RequestContext(
-            driver=self.settings.driver,
-            device_classes=self.settings.device_classes,
-            classes=self.classes.store,
-            inventory=self.inventory,
-            selector_match=self._selector_match,
-            vendors=self.vendors,
-        )
+        context = self._request_context()
         started = time.perf_counter()
         try:
             variants = pod_variants(pod, unallocated, context)

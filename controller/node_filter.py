@@ -8,6 +8,7 @@ are kube-scheduler's wording so events read the same.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
@@ -82,7 +83,9 @@ def untolerated_taint(
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def _amount(quantity: Any) -> Decimal:
+    """A quantity's value (0 when unreadable); node allocatables repeat, so it is cached."""
     try:
         return parse_quantity(str(quantity))
     except QuantityError:
@@ -116,11 +119,13 @@ def node_refusal(
     node: Mapping[str, Any],
     pods_on_node: int,
     used: Mapping[str, Decimal],
+    requested: Mapping[str, Decimal] | None = None,
 ) -> str | None:
     """Why kube-scheduler would not put `pod` on `node`, or None.
 
     `pods_on_node` counts the node's pods that still hold resources (not
-    finished) and `used` is what they request together (`requests_total`).
+    finished) and `used` is what they request together (`requests_total`);
+    `requested` is `pod_resource_requests(pod)` when the caller has it already.
     """
     spec = pod.get("spec") or {}
     name = node["metadata"]["name"]
@@ -143,7 +148,8 @@ def node_refusal(
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     if "pods" in allocatable and pods_on_node + 1 > _amount(allocatable["pods"]):
         return TOO_MANY_PODS
-    for resource, amount in sorted(pod_resource_requests(pod).items()):
+    wanted = pod_resource_requests(pod) if requested is None else requested
+    for resource, amount in sorted(wanted.items()):
         if resource in allocatable and used.get(resource, Decimal(0)) + amount > _amount(
             allocatable[resource]
         ):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api import hami_annotations as keys
@@ -78,6 +78,8 @@ class RequestContext:
     inventory: Inventory
     selector_match: SelectorMatch
     vendors: VendorRegistry
+    selected: dict[tuple[str, ...], frozenset[str]] = field(default_factory=dict)
+    """Memo of `_allowed` for this inventory: a decision never re-walks every device."""
 
 
 def claim_name(claim: Mapping[str, Any]) -> str:
@@ -131,11 +133,16 @@ def _allowed(expressions: Sequence[str], context: RequestContext) -> frozenset[s
     """uuids of devices every expression selects; None when there is nothing to check."""
     if not expressions:
         return None
-    return frozenset(
-        device.uuid
-        for device in context.inventory.by_uuid.values()
-        if all(context.selector_match(expression, device) for expression in expressions)
-    )
+    key = tuple(expressions)
+    found = context.selected.get(key)
+    if found is None:
+        found = frozenset(
+            device.uuid
+            for device in context.inventory.by_uuid.values()
+            if all(context.selector_match(expression, device) for expression in expressions)
+        )
+        context.selected[key] = found
+    return found
 
 
 def _restrict(request: DeviceRequest, allowed: frozenset[str] | None) -> DeviceRequest:
