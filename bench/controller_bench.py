@@ -182,7 +182,7 @@ async def run(nodes: int, gpus: int, claims: int) -> None:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         try:
-            await wait_for_metrics(port)
+            await wait_for_leader(client)
             semaphore = asyncio.Semaphore(CONCURRENCY)
 
             async def create(i: int) -> None:
@@ -245,19 +245,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def wait_for_metrics(port: int) -> None:
-    """Until the controller serves /metrics (it has checked the API and started)."""
-
-    def probe() -> bool:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1).read()
-            return True
-        except OSError:
-            return False
-
-    async with asyncio.timeout(60):
-        while not await asyncio.to_thread(probe):
-            await asyncio.sleep(0.2)
+async def wait_for_leader(client: KubeClient) -> None:
+    """Until the controller holds its Lease (it checked the API and serves /metrics)."""
+    leases = Informer(client, f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases")
+    task = asyncio.create_task(leases.run())
+    try:
+        async with asyncio.timeout(60):
+            await leases.wait_for(
+                lambda store: any(
+                    (lease.get("spec") or {}).get("holderIdentity") for lease in store.values()
+                )
+            )
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 def main() -> None:
