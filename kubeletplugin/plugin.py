@@ -32,7 +32,8 @@ from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
-from kubeletplugin.gpus import GpuBackend, GpuInfo, MockBackend, NvmlBackend, read_sysfs_numa
+from kubeletplugin.gpu_sources import open_gpu_backend, watch_files, watch_xids
+from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.node_config import load_node_config
@@ -40,7 +41,6 @@ from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import ClaimPreparer, PreparerSettings
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, build_device, device_name
-from kubeletplugin.xid import XidWatcher
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
 
@@ -107,18 +107,8 @@ def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[st
     return result
 
 
-def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def open_backend(settings: PluginSettings) -> GpuBackend:
-    if settings.mock_gpus is not None:
-        return MockBackend(settings.mock_gpus)
-    import pynvml
-
-    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
+    return open_gpu_backend(settings.mock_gpus)
 
 
 class KubeletPlugin:
@@ -304,32 +294,10 @@ class KubeletPlugin:
         return [p for p in (self.settings.mock_gpus, self.settings.config_file) if p is not None]
 
     async def _watch_files(self) -> None:
-        """The mock GPU file and the node config: any change republishes. A
-        directory that does not exist yet is watched through its nearest
-        existing ancestor (a ConfigMap volume may appear later)."""
-
-        def directories() -> list[str]:
-            return sorted({str(_nearest_existing(p.parent)) for p in self._watched_files()})
-
-        while True:
-            watched = directories()
-            async for _ in awatch(*watched, debounce=50, step=10, recursive=False):
-                self._devices_changed.set()
-                if directories() != watched:
-                    break
+        """The mock GPU file and the node config: any change republishes."""
+        await watch_files(self._watched_files(), self._devices_changed.set)
 
     async def _watch_xids(self) -> None:
         """NVML XID events (in a worker thread) mark GPUs unhealthy."""
-        backend = self.backend
-        assert isinstance(backend, NvmlBackend)
-        loop = asyncio.get_running_loop()
-
-        def on_xid(uuid: str, xid: int) -> None:
-            def mark() -> None:
-                backend.unhealthy[uuid] = f"xid-{xid}"
-                self._devices_changed.set()
-
-            loop.call_soon_threadsafe(mark)
-
-        watcher = XidWatcher(backend.nvml, on_xid)
-        await asyncio.to_thread(watcher.run, self._stop_threads)
+        assert isinstance(self.backend, NvmlBackend)
+        await watch_xids(self.backend, self._devices_changed.set, self._stop_threads)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dra_driver.kube.rest import KubeClient
 from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
-from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_numa
+from kubeletplugin.gpu_sources import open_gpu_backend
 from kubeletplugin.slices import SliceSettings
 from libvgpu.settings import LibvgpuPaths
 
@@ -34,15 +34,6 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         disable_core_limit=args.disable_core_limit,
         register_interval_s=args.register_interval,
     )
-
-
-def open_gpu_backend(mock_gpus: Path | None) -> GpuBackend:
-    """The mock file's GPUs when one is given, else NVML (imported only then)."""
-    if mock_gpus is not None:
-        return MockBackend(mock_gpus)
-    import pynvml
-
-    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
 
 
 async def serve_device_plugin(

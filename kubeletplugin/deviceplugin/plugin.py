@@ -38,10 +38,10 @@ from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.runtime import cancel_and_wait
-from kubeletplugin.device_events import watch_files, watch_xids
 from kubeletplugin.deviceplugin.allocator import NODES, PodAllocator
 from kubeletplugin.deviceplugin.devices import kubelet_devices, register_annotation
 from kubeletplugin.deviceplugin.service import OPTIONS, DeviceBoard, DevicePluginService
+from kubeletplugin.gpu_sources import watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
 from kubeletplugin.node_config import load_node_config
 from kubeletplugin.slices import SliceSettings

@@ -1,6 +1,8 @@
-"""What makes a node plugin look at its GPUs again: edits of its watched files and
-NVML XID events. Shared by the DRA plugin and the legacy device plugin, so both
-react to the same things the same way.
+"""Where a node plugin's GPUs come from, and what makes it look at them again.
+
+The backend (NVML, or a mock file), edits of watched files, NVML XID events.
+Shared by the DRA plugin and the legacy device plugin, so both discover and
+react the same way.
 """
 
 from __future__ import annotations
@@ -12,8 +14,17 @@ from pathlib import Path
 
 from watchfiles import awatch
 
-from kubeletplugin.gpus import NvmlBackend
+from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.xid import XidWatcher
+
+
+def open_gpu_backend(mock_gpus: Path | None) -> GpuBackend:
+    """The mock file's GPUs when one is given, else NVML (imported only then)."""
+    if mock_gpus is not None:
+        return MockBackend(mock_gpus)
+    import pynvml
+
+    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
 
 
 def nearest_existing(path: Path) -> Path:
