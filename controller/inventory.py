@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from api.quantity import MIB, QuantityError, parse_quantity
+from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
 from dra_driver.engine.model import Device, DeviceUsage, Node
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -172,10 +172,14 @@ def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUs
             amounts[name.removeprefix(f"{device.driver}/")] = parse_quantity(str(quantity))
         except QuantityError:
             continue
-    memory = amounts.get("memory", Decimal(0))
+    try:
+        memory_mib = to_mib_ceil(amounts.get("memory", Decimal(0)))
+    except QuantityError:
+        whole = engine_device(device, frozenset())
+        memory_mib = whole.memory_mib
     return DeviceUsage(
         used=max(int(amounts.get("shares", Decimal(1))), 1),
-        memory_mib=int(-(-memory // MIB)),
+        memory_mib=memory_mib,
         cores=int(amounts.get("cores", Decimal(0))),
     )
 
