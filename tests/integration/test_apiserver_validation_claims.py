@@ -199,3 +199,15 @@ def test_a_capacity_request_that_is_not_a_quantity_is_a_bad_request(
     )
     assert code == 400
     assert "quantities must match the regular expression" in status["message"]
+
+
+def test_a_status_field_of_the_wrong_type_is_a_bad_request(api: ApiClient, ns: str) -> None:
+    client.ResourceV1Api(api).create_namespaced_resource_claim(ns, _claim("shape"))
+    code, status = send(
+        api,
+        "PATCH",
+        f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/shape/status",
+        {"status": {"allocation": _allocation(), "devices": ["gpu-0"]}},
+        "application/merge-patch+json",
+    )
+    assert code == 400 and "status.devices[0]" in status["message"]

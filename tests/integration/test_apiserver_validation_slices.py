@@ -216,3 +216,21 @@ def test_quantities_are_stored_canonically_and_taints_get_time_added(
     )
     assert replaced["spec"]["devices"][1]["taints"][0]["timeAdded"] == stamp
     assert replaced["metadata"]["resourceVersion"] == stored["metadata"]["resourceVersion"]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(taints="NoSchedule"), "spec.devices[0].taints"),
+        (lambda d: _policy(d).update(validValues="1Gi"), "requestPolicy.validValues"),
+        (lambda d: d["capacity"].update(memory="80Gi"), "spec.devices[0].capacity[memory]"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_a_bad_request(
+    api: ApiClient, change: Any, field: str
+) -> None:
+    device = _device(0)
+    change(device)
+    code, status = send(api, "POST", SLICES, _slice("wrong-type", [device]))
+    assert code == 400 and field in status["message"]
+    assert "cannot be handled as a ResourceSlice" in status["message"]

@@ -28,6 +28,7 @@ from .errors import (
     not_supported,
     required,
     too_many,
+    undecodable,
     unparsable_quantity,
 )
 from .validation import dns_label, dns_subdomain
@@ -79,45 +80,67 @@ def _counters(kind: str, counters: Any) -> None:
 # ---- ResourceSlice --------------------------------------------------------------
 
 
+_JSON_KINDS = {dict: "object", list: "array", str: "string"}
+
+
+def _shaped(kind: str, path: str, value: Any, expected: type) -> Any:
+    """The value if it has the JSON type the Go struct needs; otherwise decoding fails (400)."""
+    if value is None:
+        return expected()
+    if not isinstance(value, expected):
+        got = _JSON_KINDS.get(type(value), type(value).__name__)
+        raise undecodable(
+            kind, "v1", f"{path}: cannot unmarshal {got} into a JSON {_JSON_KINDS[expected]}"
+        )
+    return value
+
+
 def normalize_resource_slice(obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Canonical quantities everywhere; `timeAdded` on taints (an old one is kept)."""
-    if not isinstance(obj.get("spec"), dict):
-        return
-    spec = obj["spec"] = copy.deepcopy(obj["spec"])
+    """Canonical quantities everywhere; `timeAdded` on taints (an old one is kept); a field
+    of the wrong JSON type is a 400, as a failed decode is."""
+    kind = "ResourceSlice"
+    spec = obj["spec"] = copy.deepcopy(_shaped(kind, "spec", obj.get("spec"), dict))
     old_taints = _taints_by_device(old)
-    for device in spec.get("devices") or []:
-        if not isinstance(device, dict):
-            continue
-        for capacity in (device.get("capacity") or {}).values():
-            if isinstance(capacity, dict):
-                _normalize_capacity(capacity)
+    for index, device in enumerate(_shaped(kind, "spec.devices", spec.get("devices"), list)):
+        path = f"spec.devices[{index}]"
+        _shaped(kind, path, device, dict)
+        _shaped(kind, f"{path}.attributes", device.get("attributes"), dict)
+        capacities = _shaped(kind, f"{path}.capacity", device.get("capacity"), dict)
+        for name, capacity in capacities.items():
+            where = f"{path}.capacity[{name}]"
+            _normalize_capacity(_shaped(kind, where, capacity, dict), where)
         for consumption in device.get("consumesCounters") or []:
             if isinstance(consumption, dict):
-                _counters("ResourceSlice", consumption.get("counters"))
+                _counters(kind, consumption.get("counters"))
         earlier = old_taints.get(str(device.get("name")), [])
-        for taint in device.get("taints") or []:
-            if isinstance(taint, dict) and not taint.get("timeAdded"):
+        for position, taint in enumerate(
+            _shaped(kind, f"{path}.taints", device.get("taints"), list)
+        ):
+            _shaped(kind, f"{path}.taints[{position}]", taint, dict)
+            if not taint.get("timeAdded"):
                 taint["timeAdded"] = _earlier_time(taint, earlier) or _now()
     for counter_set in spec.get("sharedCounters") or []:
         if isinstance(counter_set, dict):
-            _counters("ResourceSlice", counter_set.get("counters"))
+            _counters(kind, counter_set.get("counters"))
 
 
-def _normalize_capacity(capacity: dict[str, Any]) -> None:
+def _normalize_capacity(capacity: dict[str, Any], path: str) -> None:
+    kind = "ResourceSlice"
     if "value" in capacity:
-        capacity["value"] = _canonical("ResourceSlice", capacity["value"])
-    policy = capacity.get("requestPolicy")
-    if not isinstance(policy, dict):
+        capacity["value"] = _canonical(kind, capacity["value"])
+    if capacity.get("requestPolicy") is None:
         return
+    policy = _shaped(kind, f"{path}.requestPolicy", capacity["requestPolicy"], dict)
     if policy.get("default") is not None:
-        policy["default"] = _canonical("ResourceSlice", policy["default"])
-    if isinstance(policy.get("validValues"), list):
-        policy["validValues"] = [_canonical("ResourceSlice", v) for v in policy["validValues"]]
-    valid_range = policy.get("validRange")
-    if isinstance(valid_range, dict):
+        policy["default"] = _canonical(kind, policy["default"])
+    if policy.get("validValues") is not None:
+        values = _shaped(kind, f"{path}.requestPolicy.validValues", policy["validValues"], list)
+        policy["validValues"] = [_canonical(kind, v) for v in values]
+    if policy.get("validRange") is not None:
+        valid_range = _shaped(kind, f"{path}.requestPolicy.validRange", policy["validRange"], dict)
         for key in ("min", "max", "step"):
             if valid_range.get(key) is not None:
-                valid_range[key] = _canonical("ResourceSlice", valid_range[key])
+                valid_range[key] = _canonical(kind, valid_range[key])
 
 
 def _taints_by_device(old: dict[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
@@ -398,25 +421,34 @@ def _normalize_timestamp(value: Any) -> Any:
 
 
 def normalize_resource_claim(obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Request defaults, canonical quantities and timestamps, empty `apiGroup` dropped."""
+    """Request defaults, canonical quantities and timestamps, empty `apiGroup` dropped; a
+    status field of the wrong JSON type is a 400."""
+    kind = "ResourceClaim"
     if isinstance(obj.get("spec"), dict):
         obj["spec"] = copy.deepcopy(obj["spec"])
         _normalize_claim_spec(obj["spec"])
-    if not isinstance(obj.get("status"), dict):
+    if obj.get("status") is None:
         return
-    status = obj["status"] = copy.deepcopy(obj["status"])
-    for reference in status.get("reservedFor") or []:
-        if isinstance(reference, dict) and reference.get("apiGroup") == "":
+    status = obj["status"] = copy.deepcopy(_shaped(kind, "status", obj["status"], dict))
+    reserved = _shaped(kind, "status.reservedFor", status.get("reservedFor"), list)
+    for index, reference in enumerate(reserved):
+        _shaped(kind, f"status.reservedFor[{index}]", reference, dict)
+        if reference.get("apiGroup") == "":
             del reference["apiGroup"]
-    allocation = status.get("allocation")
-    if not isinstance(allocation, dict):
+    for index, device in enumerate(_shaped(kind, "status.devices", status.get("devices"), list)):
+        _shaped(kind, f"status.devices[{index}]", device, dict)
+    if status.get("allocation") is None:
         return
+    allocation = _shaped(kind, "status.allocation", status["allocation"], dict)
     if "allocationTimestamp" in allocation:
         allocation["allocationTimestamp"] = _normalize_timestamp(allocation["allocationTimestamp"])
-    for result in (allocation.get("devices") or {}).get("results") or []:
-        if isinstance(result, dict) and "consumedCapacity" in result:
-            result["consumedCapacity"] = _canonical_map("ResourceClaim", result["consumedCapacity"])
-        for toleration in (result.get("tolerations") or []) if isinstance(result, dict) else ():
+    devices = _shaped(kind, "status.allocation.devices", allocation.get("devices"), dict)
+    path = "status.allocation.devices.results"
+    for index, result in enumerate(_shaped(kind, path, devices.get("results"), list)):
+        _shaped(kind, f"{path}[{index}]", result, dict)
+        if "consumedCapacity" in result:
+            result["consumedCapacity"] = _canonical_map(kind, result["consumedCapacity"])
+        for toleration in result.get("tolerations") or []:
             if isinstance(toleration, dict):
                 toleration.setdefault("operator", "Equal")
 
