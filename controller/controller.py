@@ -477,8 +477,13 @@ class Controller:
             pending += len(self._pod_claims.get(key, ()))
         self.metrics.pending_claims.set(pending)
         if now - self._snapshot_at >= SNAPSHOT_PERIOD_S:
-            self._snapshot_at = now
-            self._snapshot = self._take_snapshot()
+            self.publish_view()
+
+    def publish_view(self) -> None:
+        """Refresh what /metrics shows (done every second; scrapes read this copy, from
+        their own thread, so they never walk the live view)."""
+        self._snapshot_at = self.clock()
+        self._snapshot = self._take_snapshot()
 
     def _take_snapshot(self) -> ViewSnapshot:
         usage: dict[str, dict[str, DeviceUsage]] = {}
@@ -491,7 +496,14 @@ class Controller:
         shares = []
         for claim in self.effective_claims():
             reserved = _reserved(claim)
-            pod = reserved[0].get("name", "") if reserved else claim["metadata"].get("name", "")
+            waiting = sorted(self._claim_pods.get(object_key(claim), ()))
+            pod = (
+                reserved[0].get("name", "")
+                if reserved
+                else waiting[0].split("/", 1)[1]
+                if waiting
+                else claim["metadata"].get("name", "")
+            )
             for index, result in enumerate(
                 ((_allocation(claim) or {}).get("devices") or {}).get("results") or []
             ):
