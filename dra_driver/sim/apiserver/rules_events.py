@@ -30,7 +30,8 @@ def _common(
     """legacyValidateEvent: the namespace agreement, and for events with an eventTime the
     reporting fields they must carry."""
     namespace = event["metadata"].get("namespace", "")
-    involved = (event.get(regarding) or {}).get("namespace") or ""
+    reference = event.get(regarding)
+    involved = (reference.get("namespace") if isinstance(reference, dict) else "") or ""
     path = f"{regarding}.namespace"
     mismatch = invalid(path, involved, "does not match event.namespace")
     errors: list[FieldError] = []
