@@ -96,13 +96,14 @@ class GpuNode:
         containers: list[dict[str, Any]] | None = None,
         init_containers: list[dict[str, Any]] | None = None,
         lock: bool = True,
+        bound: bool = True,
     ) -> dict[str, Any]:
-        """A pod as the extender leaves it after /bind: annotated, bound, node locked."""
+        """A pod as the extender leaves it after /bind: annotated, bound, node locked
+        (`bound=False`: the lock taken, the binding not yet written)."""
         encoded = encode_pod_devices(devices)
-        spec: dict[str, Any] = {
-            "nodeName": self.name,
-            "containers": containers or [{"name": "main", "image": "cuda"}],
-        }
+        spec: dict[str, Any] = {"containers": containers or [{"name": "main", "image": "cuda"}]}
+        if bound:
+            spec["nodeName"] = self.name
         if init_containers:
             spec["initContainers"] = init_containers
         pod = await self.client.create(

@@ -92,6 +92,22 @@ def lock_holder(node: Mapping[str, Any]) -> PodRef:
     return PodRef(lock.namespace, lock.pod)
 
 
+def require_bound(pod: Mapping[str, Any], node_name: str) -> None:
+    """kubelet admits only pods bound to its node, so a lock holder not bound here yet
+    (its /bind still running) cannot be the pod this call is for: another pod's
+    Allocate arrived after its lock was taken over (HAMi#3096). Refusing it is
+    better than serving it the lock holder's devices and limits."""
+    metadata = pod.get("metadata") or {}
+    bound_to = (pod.get("spec") or {}).get("nodeName") or ""
+    if bound_to != node_name:
+        raise AllocateError(
+            f"pod {metadata.get('namespace')}/{metadata.get('name')} holds the lock of node "
+            f"{node_name} but is not bound to it (spec.nodeName {bound_to!r}), so this "
+            "Allocate is for another pod whose node lock was taken over; refused rather "
+            "than served with the lock holder's devices"
+        )
+
+
 def next_container(pod: Mapping[str, Any], node_name: str, requested: int) -> ContainerGrant:
     """The grant for kubelet's next container request of `requested` devices."""
     metadata = pod.get("metadata") or {}

@@ -26,6 +26,7 @@ from kubeletplugin.deviceplugin.allocation import (
     PodRef,
     lock_holder,
     next_container,
+    require_bound,
     share_set,
 )
 from kubeletplugin.deviceplugin.devices import preferred_replicas, replica_uuid
@@ -70,6 +71,7 @@ class PodAllocator:
         async with self._serial:
             ref = lock_holder(await self._node())
             pod = await self._pod(ref)
+            require_bound(pod, self.node_name)
             try:
                 grant = next_container(pod, self.node_name, len(device_ids))
                 edits = await asyncio.to_thread(self._prepare, grant)
@@ -100,6 +102,7 @@ class PodAllocator:
         try:
             ref = lock_holder(await self._node())
             pod = await self._pod(ref)
+            require_bound(pod, self.node_name)
             wanted = [d.uuid for d in next_container(pod, self.node_name, size).devices]
         except DriverError as error:
             log.info("no pod to prefer devices for", extra={"reason": str(error)})

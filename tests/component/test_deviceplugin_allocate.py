@@ -193,6 +193,25 @@ async def test_only_the_pod_the_lock_names_is_served() -> None:
     assert annotations(rightful)[BIND_PHASE] == "success"
 
 
+async def test_a_lock_taken_over_by_a_pod_still_binding_is_not_served_to_another() -> None:
+    """HAMi#3096: pod A was bound, its lock expired and pod B took it over; A's Allocate
+    then arrives. B is not bound here yet, so it cannot be the pod kubelet admits:
+    refused, and B keeps its lock and its phase."""
+    async with node_rig() as rig, rig.plugin():
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        await rig.bound_pod("b-binding", [[device(UUID_A, 9000)]], bound=False)
+        with pytest.raises(AdmissionRejectedError) as rejected:
+            await admit(rig, "u-a", ContainerRequest("main", 1))
+        pod, node = await rig.pod("b-binding"), await rig.node()
+
+    assert "pod default/b-binding holds the lock of node node-dp but is not bound to it" in (
+        rejected.value.event_message
+    )
+    assert annotations(pod)[BIND_PHASE] == "allocating"
+    assert annotations(pod)[VGPU_DEVICES_TO_ALLOCATE] == f"{UUID_A},NVIDIA,9000,0:;"
+    assert annotations(node)[NODE_LOCK].endswith(",default,b-binding")
+
+
 @pytest.mark.parametrize(
     ("to_allocate", "message"),
     [

@@ -19,6 +19,7 @@ from kubeletplugin.deviceplugin.allocation import (
     PodRef,
     lock_holder,
     next_container,
+    require_bound,
     share_set,
 )
 from kubeletplugin.gpus import GpuInfo
@@ -153,3 +154,13 @@ def test_disable_control_needs_a_go_true(value: str) -> None:
     )
     shares = share_set(grant, {"GPU-a": GpuInfo("GPU-a", 0, 0, "T4", 1 << 30)}, CACHE)
     assert not shares.disable_control
+
+
+def test_a_lock_holder_not_bound_here_is_not_this_calls_pod() -> None:
+    holder = pod("GPU-a,NVIDIA,1,0:;")
+    require_bound({**holder, "spec": {"nodeName": NODE}}, NODE)
+    with pytest.raises(AllocateError) as raised:
+        require_bound(holder, NODE)
+    assert "pod ns/p holds the lock of node n1 but is not bound to it (spec.nodeName '')" in str(
+        raised.value
+    )
