@@ -8,10 +8,7 @@ collection. Nothing here awaits; see store.py for why that matters.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import functools
-import json
 import random
 import uuid
 from collections.abc import Callable
@@ -28,18 +25,18 @@ from .errors import (
     bad_request,
     conflict,
     forbidden,
-    gone,
     invalid_object,
     not_found,
     not_supported,
     required,
 )
+from .listing import list_page
 from .nodes import taint_new_node
 from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from .registry import ResourceType
 from .rules import binding_node
-from .selectors import FieldTerm, Requirement, fields_match, labels_match
-from .store import ADDED, DELETED, MODIFIED, ObjectKey, Storage, owner_uids
+from .selectors import FieldTerm, Requirement
+from .store import ADDED, DELETED, MODIFIED, Storage, owner_uids
 from .validation import validate_metadata
 
 JSON_PATCH = "application/json-patch+json"
@@ -66,13 +63,6 @@ _SERVER_META = (
     "deletionGracePeriodSeconds",
     "generation",
 )
-_EXPIRED_CONTINUE = (
-    "The provided continue parameter is too old to display a consistent list result. "
-    "You can start a new list without the continue parameter, or use the continue token "
-    "in this response to retrieve the remainder of the results. Continuing with the provided "
-    "token results in an inconsistent list - objects that were created, modified, or deleted "
-    "between the time the first chunk was returned and now may show up in the list."
-)
 
 
 def now_rfc3339(offset_s: float = 0) -> str:
@@ -88,10 +78,6 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}
 
 
-def _same(obj: dict[str, Any]) -> dict[str, Any]:
-    return obj
-
-
 def _omit_empty_maps(obj: dict[str, Any]) -> None:
     """Go's `omitempty` drops empty maps: the real server never answers `labels: {}`."""
     meta = obj["metadata"]
@@ -101,16 +87,6 @@ def _omit_empty_maps(obj: dict[str, Any]) -> None:
     for key in _OMITTED_WHEN_EMPTY:
         if obj.get(key) == {}:
             del obj[key]
-
-
-def _resource_version(text: str, what: str = "resourceVersion") -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise bad_request(f'{what}: Invalid value: "{text}": must be an integer') from error
-    if value < 0:
-        raise bad_request(f'{what}: Invalid value: "{text}": must not be negative')
-    return value
 
 
 def check_delete_options(options: dict[str, Any]) -> None:
@@ -189,104 +165,9 @@ class Cluster:
         version: str = "",
         match: str = "",
     ) -> dict[str, Any]:
-        """A list as of one resourceVersion: every page of a paginated walk shows the same
-        snapshot, rebuilt from the watch history (410 once that history is compacted)."""
-        bucket = self.storage.bucket(resource)
-        bucket.compact()
-        objects, list_rv, start = self._list_source(resource, token, version, match)
-        if version == "0" and not token:
-            limit = 0
-        keys = sorted(
-            (k for k in objects if namespace is None or k[0] == namespace),
-            key=lambda k: f"{k[0]}/{k[1]}",
+        return list_page(
+            self.storage, resource, namespace, labels, fields, limit, token, version, match
         )
-        present = PRESENTERS.get(resource.key)
-        items: list[dict[str, Any]] = []
-        meta: dict[str, Any] = {"resourceVersion": str(list_rv)}
-        matching = (
-            obj
-            for key in keys
-            if f"{key[0]}/{key[1]}" > start
-            and labels_match(labels, obj := (present or _same)(objects[key]))
-            and fields_match(fields, obj)
-        )
-        for obj in matching:
-            if limit and len(items) == limit:
-                last = items[-1]["metadata"]
-                meta["continue"] = self._encode_continue(
-                    list_rv, f"{last.get('namespace', '')}/{last['name']}"
-                )
-                remaining = 1 + sum(1 for _ in matching)
-                if not labels and not fields:
-                    meta["remainingItemCount"] = remaining
-                break
-            items.append(obj)
-        return {
-            "kind": f"{resource.kind}List",
-            "apiVersion": resource.group_version,
-            "metadata": meta,
-            "items": items,
-        }
-
-    def _list_source(
-        self, resource: ResourceType, token: str, version: str, match: str
-    ) -> tuple[dict[ObjectKey, dict[str, Any]], int, str]:
-        """(objects, the list's resourceVersion, the key to continue after)."""
-        bucket = self.storage.bucket(resource)
-        if token:
-            if version:
-                raise bad_request("specifying resource version is not allowed when using continue")
-            list_rv, start = self._decode_continue(token)
-            snapshot = bucket.snapshot(list_rv) if list_rv <= self.storage.rv else None
-            if snapshot is None:
-                raise gone(_EXPIRED_CONTINUE)
-            return snapshot, list_rv, start
-        if match not in ("", "Exact", "NotOlderThan"):
-            raise bad_request(
-                f'resourceVersionMatch: Unsupported value: "{match}": '
-                'supported values: "Exact", "NotOlderThan"'
-            )
-        if match and not version:
-            raise bad_request(
-                "resourceVersionMatch is forbidden unless resourceVersion is provided"
-            )
-        if not version:
-            return bucket.objects, self.storage.rv, ""
-        wanted = _resource_version(version)
-        if wanted > self.storage.rv:
-            raise ApiError(
-                504,
-                f"Timeout: Too large resource version: {wanted}, current: {self.storage.rv}",
-                details={
-                    "causes": [
-                        {
-                            "reason": "ResourceVersionTooLarge",
-                            "message": "Too large resource version",
-                        }
-                    ],
-                    "retryAfterSeconds": 1,
-                },
-                retry_after=1,
-            )
-        if match != "Exact":
-            return bucket.objects, self.storage.rv, ""
-        snapshot = bucket.snapshot(wanted)
-        if snapshot is None:
-            raise gone("The resourceVersion for the provided list is too old.")
-        return snapshot, wanted, ""
-
-    @staticmethod
-    def _encode_continue(list_rv: int, start: str) -> str:
-        raw = json.dumps({"v": "meta.k8s.io/v1", "rv": list_rv, "start": start})
-        return base64.urlsafe_b64encode(raw.encode()).decode()
-
-    @staticmethod
-    def _decode_continue(token: str) -> tuple[int, str]:
-        try:
-            data = json.loads(base64.urlsafe_b64decode(token.encode()))
-            return int(data["rv"]), str(data["start"])
-        except (ValueError, KeyError, TypeError, binascii.Error) as error:
-            raise bad_request(f"continue key is not valid: {error}") from error
 
     # ---- writes ----------------------------------------------------------------
 
