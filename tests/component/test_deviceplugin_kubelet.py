@@ -10,11 +10,13 @@ import types
 from typing import Any
 
 import grpc
+import pytest
 from deviceplugin_rig import NODE, RESOURCE, UUID_A, UUID_B, bounded, node_rig
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from api.hami_annotations import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER, decode_node_devices
+from dra_driver.errors import DriverError
 from dra_driver.sim.kubelet_deviceplugin import KubeletDevicePlugin
 from kubeletplugin.gpus import NvmlBackend
 from kubeletplugin.xid import XID_CRITICAL_ERROR
@@ -257,3 +259,20 @@ async def test_a_plugin_started_before_kubelet_registers_once_it_appears() -> No
                 devices = await bounded(kubelet.wait_update(RESOURCE))
 
     assert len(devices) == 8
+
+
+async def test_a_broken_mock_file_keeps_the_last_devices_until_it_is_fixed() -> None:
+    async with node_rig(split_count=1) as rig, rig.plugin() as plugin:
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        good = rig.mock_gpus.read_text()
+        rig.mock_gpus.write_text("gpus: [{uuid: 1, index: -4}]\n")
+        with pytest.raises(DriverError):
+            await plugin.refresh_devices()
+        still = [d.ID for d in rig.kubelet.endpoints[RESOURCE].devices.values()]
+        rig.mock_gpus.write_text(
+            good.split("  - {uuid: GPU-00000000-0000-0000-0000-00000000000b")[0]
+        )
+        devices = await bounded(rig.kubelet.wait_update(RESOURCE, after=1))
+
+    assert still == [f"{UUID_A}-0", f"{UUID_B}-0"]
+    assert [d.ID for d in devices] == [f"{UUID_A}-0"]
