@@ -26,8 +26,9 @@ class APIServerSettings:
     namespaces: tuple[str, ...] = ("default", "kube-system", "kube-public", "kube-node-lease")
     """Created at start, as a fresh cluster has them."""
     controllers: bool = True
-    """Run the emulated kube-controller-manager (resourceclaim, node lifecycle, garbage
-    collector for dangling owners and orphaning); off for tests that need a frozen cluster."""
+    """Run the emulated kube-controller-manager loops (resourceclaim, node lifecycle, garbage
+    collection of objects whose owner never existed); off for tests that need a frozen cluster.
+    Owner-deletion cascades and namespace emptying run either way, as before."""
     controller_delay_s: float = 0.05
     """Seconds the emulated controllers wait after a change before reacting to it."""
     node_ready_delay_s: float = 0.2
