@@ -41,6 +41,9 @@ from dra_driver.errors import InvalidParameterError
 MAX_VARIANTS = 64
 """Combinations tried per pod (firstAvailable x matchAttribute); later ones are dropped."""
 
+MAX_DISTINCT_VALUES = 8
+"""distinctAttribute over at most this many values (NUMA nodes, types) is searched per value."""
+
 NO_DEVICE = "-"
 """A uuid no device has: a request whose selectors match nothing fits nowhere."""
 
@@ -216,19 +219,33 @@ def _claim_variants(
             )
 
 
+def _assignments(
+    groups: Sequence[frozenset[str]], members: int, distinct: bool
+) -> Iterator[Sequence[frozenset[str]]]:
+    """Device groups for the constrained requests: the same group for all (match), or
+    different groups for each (distinct); at most MAX_VARIANTS of them."""
+    if distinct:
+        return itertools.islice(itertools.permutations(groups, members), MAX_VARIANTS)
+    return ([group] * members for group in groups)
+
+
 def _match_attribute_variants(
     constraints: Sequence[Mapping[str, Any]],
     names: Sequence[str],
     allowed: Sequence[frozenset[str] | None],
     inventory: Inventory,
 ) -> Iterator[list[frozenset[str] | None]]:
-    """Per matchAttribute constraint, one restriction per attribute value (sorted)."""
+    """Per matchAttribute constraint, one restriction per attribute value (sorted); per
+    distinctAttribute constraint, one per assignment of different values to its requests.
+    A request asking for several devices, and an attribute with more than
+    MAX_DISTINCT_VALUES values (a uuid), are checked for distinct values after the fit."""
     variants: list[list[frozenset[str] | None]] = [list(allowed)]
     everything = frozenset(inventory.by_uuid)
     for constraint in constraints:
-        attribute = constraint.get("matchAttribute")
+        attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
         if not attribute:
             continue
+        distinct = not constraint.get("matchAttribute")
         scope = set(constraint.get("requests") or ())
         members = [
             i
@@ -240,16 +257,17 @@ def _match_attribute_variants(
             value = device.attribute(attribute)
             if value is not None:
                 groups.setdefault(repr(value), set()).add(device.uuid)
+        ordered = [frozenset(uuids) for _, uuids in sorted(groups.items())]
+        if distinct and len(ordered) > MAX_DISTINCT_VALUES:
+            continue
         expanded = []
         for variant in variants:
-            for _, uuids in sorted(groups.items()):
+            for choice in _assignments(ordered, len(members), distinct):
                 narrowed = list(variant)
-                for i in members:
-                    narrowed[i] = frozenset(uuids) & (
-                        variant[i] if variant[i] is not None else everything
-                    )
+                for i, group in zip(members, choice, strict=True):
+                    narrowed[i] = group & (variant[i] if variant[i] is not None else everything)
                 expanded.append(narrowed)
-        variants = expanded or [[frozenset() for _ in names]]
+        variants = expanded[:MAX_VARIANTS] or [[frozenset() for _ in names]]
     yield from variants
 
 

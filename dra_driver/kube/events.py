@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dra_driver.errors import DriverError
-from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +128,15 @@ class EventRecorder:
         stamp = _timestamp()
         if previous is not None and now - previous[2] < self.settings.repeat_window_s:
             name, count, first_seen = previous
-            await self.client.patch(
-                object_path(collection, name), {"count": count + 1, "lastTimestamp": stamp}
-            )
-            self._seen[key] = (name, count + 1, first_seen)
-            return
+            try:
+                await self.client.patch(
+                    object_path(collection, name), {"count": count + 1, "lastTimestamp": stamp}
+                )
+            except NotFoundError:
+                del self._seen[key]
+            else:
+                self._seen[key] = (name, count + 1, first_seen)
+                return
         name = f"{reference.get('name')}.{uuid.uuid4().hex[:16]}"
         body = {
             "apiVersion": "v1",

@@ -225,3 +225,26 @@ async def test_request_selectors_are_evaluated_with_cel(tmp_path: Path) -> None:
         async with controller(c.client):
             [claim] = await c.wait_allocated("big-claim")
     assert results(claim)[0]["device"] == "gpu-1"
+
+
+async def test_distinct_attribute_puts_two_requests_on_different_numa_nodes(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node(
+            "node-a",
+            [gpu("node-a", 0, numa=0), gpu("node-a", 1, numa=0), gpu("node-a", 2, numa=1)],
+        )
+        binpack = {"hami.io/gpu-scheduler-policy": "binpack"}
+        await c.add_claim(
+            "apart-claim",
+            request("a", **capacity(memory="1Gi")),
+            request("b", **capacity(memory="1Gi")),
+            constraints=[{"requests": ["a", "b"], "distinctAttribute": f"{DRIVER}/numa"}],
+        )
+        await c.add_pod("apart", ["apart-claim"], annotations=binpack)
+        async with controller(c.client):
+            [claim] = await c.wait_allocated("apart-claim")
+    devices = {r["request"]: r["device"] for r in results(claim)}
+    assert "gpu-2" in devices.values() and len(set(devices.values())) == 2

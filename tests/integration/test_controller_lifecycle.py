@@ -8,8 +8,10 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from controller_cluster import (
+    FAST,
     NAMESPACE,
     Cluster,
     capacity,
@@ -205,3 +207,29 @@ async def test_a_shared_claim_serves_two_pods_on_one_node(tmp_path: Path) -> Non
             )
     assert node_of(own) == node_of(shared)
     assert len(results(c.claim("shared"))) == 1
+
+
+async def test_a_failed_write_undoes_the_pods_other_claims_then_retries(tmp_path: Path) -> None:
+    history: list[bool] = []
+
+    def record(kind: str, claim: dict[str, Any]) -> None:
+        if claim["metadata"]["name"] == "duo-a":
+            allocated = bool((claim.get("status") or {}).get("allocation"))
+            if not history or history[-1] != allocated:
+                history.append(allocated)
+
+    async with cluster(tmp_path) as c:
+        c.claims.handlers.append(record)
+        await c.add_class()
+        await c.add_node("node-a", 2)
+        for name in ("duo-a", "duo-b"):
+            await c.add_claim(name, request(**capacity(memory="10Gi")))
+        rule = c.server.faults.fail(
+            "/resourceclaims/duo-b/status", verb="PUT", status=500, times=FAST.write_attempts
+        )
+        await c.add_pod("duo", ["duo-a", "duo-b"])
+        async with controller(c.client):
+            first, second = await c.wait_allocated("duo-a", "duo-b")
+    assert rule.remaining == 0
+    assert history == [False, True, False, True]
+    assert node_of(first) == node_of(second)
