@@ -11,7 +11,6 @@ from test_monitor_http import (
     FAST_WATCH,
     GIB,
     HANG_GUARD_S,
-    POD_UID,
     container_labels,
     region,
     scrape,
@@ -25,7 +24,6 @@ from libvgpu.monitor import MonitorSettings
 from libvgpu.monitor_service import MonitorService
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
-RESERVATION = {"resource": "pods", "name": "worker-0", "uid": POD_UID}
 ALLOCATION = {
     "devices": {
         "results": [
@@ -61,9 +59,18 @@ async def test_claim_and_pod_names_come_from_the_live_api(tmp_path: Path):
             await client.create("/api/v1/namespaces", {"metadata": {"name": "team-a"}})
             claim = await client.create(CLAIMS, claim_manifest("shared"))
             claim_uid = claim["metadata"]["uid"]
+            # A real pod: kube-controller-manager drops reservations of pods that do not exist.
+            pod = await client.create(
+                "/api/v1/namespaces/team-a/pods",
+                {
+                    "metadata": {"name": "worker-0"},
+                    "spec": {"containers": [{"name": "main", "image": "i:1"}]},
+                },
+            )
+            reservation = {"resource": "pods", "name": "worker-0", "uid": pod["metadata"]["uid"]}
             await client.patch(
                 object_path(CLAIMS, "shared") + "/status",
-                {"status": {"allocation": ALLOCATION, "reservedFor": [RESERVATION]}},
+                {"status": {"allocation": ALLOCATION, "reservedFor": [reservation]}},
             )
             cache = tmp_path / "vgpu" / "claims" / claim_uid
             cache.mkdir(parents=True)

@@ -153,16 +153,18 @@ def test_strategic_merge_on_status_conditions_and_claim_reservations(
         }
     }
     resource.patch_namespaced_resource_claim_status("c", ns, {"status": {"allocation": allocation}})
-    for uid in ("u1", "u2"):
+    # Real pods: kube-controller-manager drops reservations of pods that do not exist.
+    uids = [core.create_namespaced_pod(ns, _pod(name)).metadata.uid for name in ("u1", "u2")]
+    for name, uid in zip(("u1", "u2"), uids, strict=True):
         resource.patch_namespaced_resource_claim_status(
-            "c", ns, {"status": {"reservedFor": [{"resource": "pods", "name": uid, "uid": uid}]}}
+            "c", ns, {"status": {"reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}}
         )
     claim_now = resource.read_namespaced_resource_claim("c", ns)
-    assert [r.uid for r in claim_now.status.reserved_for] == ["u2", "u1"]
+    assert [r.uid for r in claim_now.status.reserved_for] == [uids[1], uids[0]]
     dropped = resource.patch_namespaced_resource_claim_status(
-        "c", ns, {"status": {"reservedFor": [{"uid": "u1", "$patch": "delete"}]}}
+        "c", ns, {"status": {"reservedFor": [{"uid": uids[0], "$patch": "delete"}]}}
     )
-    assert [r.uid for r in dropped.status.reserved_for] == ["u2"]
+    assert [r.uid for r in dropped.status.reserved_for] == [uids[1]]
 
 
 def test_merge_patch_replaces_lists_and_null_deletes(api: ApiClient, ns: str) -> None:

@@ -75,7 +75,10 @@ def test_create_answers_an_empty_status_and_defaults_the_request(
 
 def test_status_is_stored_in_canonical_form(resource: client.ResourceV1Api, ns: str) -> None:
     resource.create_namespaced_resource_claim(ns, _claim("canon"))
-    pod = {"apiGroup": "", "resource": "pods", "name": "p", "uid": str(uuid.uuid4())}
+    # A real pod: kube-controller-manager drops reservations of pods that do not exist.
+    body = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}}
+    uid = client.CoreV1Api(resource.api_client).create_namespaced_pod(ns, body).metadata.uid
+    pod = {"apiGroup": "", "resource": "pods", "name": "p", "uid": uid}
     written = resource.patch_namespaced_resource_claim_status(
         "canon",
         ns,
