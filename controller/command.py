@@ -37,6 +37,12 @@ def add_controller_parser(
     parser.add_argument("--gpu-scheduler-policy", default=_env("GPU_SCHEDULER_POLICY", SPREAD))
     parser.add_argument("--node-scheduler-policy", default=_env("NODE_SCHEDULER_POLICY", BINPACK))
     parser.add_argument(
+        "--standalone-claims",
+        action=argparse.BooleanOptionalAction,
+        default=_env("STANDALONE_CLAIMS", "false") == "true",
+        help="also allocate claims no pod refers to",
+    )
+    parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         default=_env("LEADER_ELECT", "true") == "true",
@@ -87,6 +93,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             device_classes=dict(DEVICE_CLASSES),
             gpu_policy=args.gpu_scheduler_policy,
             node_policy=args.node_scheduler_policy,
+            allocate_standalone_claims=args.standalone_claims,
         ),
         leader=leader,
         metrics_address=(args.metrics_host, args.metrics_port) if args.metrics_port else None,

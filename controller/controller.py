@@ -82,6 +82,8 @@ SNAPSHOT_PERIOD_S = 1.0
 SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
 """The pod spec fields node predicates read (with its resource requests)."""
 MAX_REMEMBERED_REFUSALS = 200_000
+STANDALONE = "claim:"
+"""Work-queue prefix of a claim allocated without a pod (`allocate_standalone_claims`)."""
 DELETED_PODS_REMEMBERED = 100_000
 
 
@@ -242,6 +244,10 @@ class Controller:
                 if _is_pending(pod):
                     self._enqueue(object_key(pod))
             self._cleanup.update(self.claims.store)
+            if self.settings.allocate_standalone_claims:
+                for claim_key in self.claims.store:
+                    if not self._claim_pods.get(claim_key):
+                        self._enqueue(STANDALONE + claim_key)
             self.ready.set()
             await self._loop()
         finally:
@@ -263,7 +269,10 @@ class Controller:
                 if key in self._in_flight:
                     continue
                 self._refresh_view()
-                self._sync_pod(key)
+                if key.startswith(STANDALONE):
+                    self._sync_standalone(key)
+                else:
+                    self._sync_pod(key)
                 if position % 32 == 31:
                     await asyncio.sleep(0)
             self._update_gauges(now)
@@ -334,6 +343,13 @@ class Controller:
             self._signatures[key] = signature
         for pod_key in self._claim_pods.get(key, ()):
             self._enqueue(pod_key)
+        if (
+            self.settings.allocate_standalone_claims
+            and kind != "DELETED"
+            and _allocation(claim) is None
+            and not self._claim_pods.get(key)
+        ):
+            self._enqueue(STANDALONE + key)
         if _allocation(claim) is not None and kind != "DELETED":
             self._cleanup.add(key)
             self._wake.set()
@@ -423,7 +439,11 @@ class Controller:
         if reserved:
             namespace = claim["metadata"].get("namespace", "")
             return all(self._pod_finished(namespace, r) for r in reserved)
-        return self._is_ours(claim) and not self._claim_pods.get(key)
+        return (
+            not self.settings.allocate_standalone_claims
+            and self._is_ours(claim)
+            and not self._claim_pods.get(key)
+        )
 
     def _pod_finished(self, namespace: str, reference: Mapping[str, Any]) -> bool:
         uid = reference.get("uid", "")
@@ -643,12 +663,47 @@ class Controller:
             return
         if any(c["metadata"].get("deletionTimestamp") for c in unallocated):
             return
-        self._first_seen.setdefault(key, self.clock())
         pinned = {
             node
             for c in claims
             if c is not None and (node := _allocated_node(c) or self._pending_node(c))
         }
+        self._allocate(key, pod, unallocated, pinned)
+
+    def _sync_standalone(self, key: str) -> None:
+        """A claim of ours no pod refers to (when configured): any node that fits."""
+        claim_key = key.removeprefix(STANDALONE)
+        claim = self.claim_view.get(claim_key)
+        if (
+            claim is None
+            or key in self._in_flight
+            or _allocation(claim) is not None
+            or claim_key in self._pending
+            or claim["metadata"].get("deletionTimestamp")
+            or self._claim_pods.get(claim_key)
+            or not self._is_ours(claim)
+        ):
+            return
+        metadata = claim["metadata"]
+        holder = {
+            "metadata": {
+                "name": metadata["name"],
+                "namespace": metadata.get("namespace"),
+                "uid": metadata.get("uid"),
+            },
+            "spec": {},
+        }
+        self._allocate(key, holder, [claim], set())
+
+    def _allocate(
+        self,
+        key: str,
+        pod: Mapping[str, Any],
+        unallocated: list[dict[str, Any]],
+        pinned: set[str],
+    ) -> None:
+        """Decide for the unallocated claims, then commit and write, or report why not."""
+        self._first_seen.setdefault(key, self.clock())
         candidates, refused = self._candidates(pod, pinned)
         context = self._request_context()
         started = time.perf_counter()
@@ -687,7 +742,8 @@ class Controller:
         self._waiting[key] = _Waiting(self._version, delay, self.clock() + self._jitter(delay))
         if previous is not None and previous.version == self._version:
             return
-        self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, reason, message)
+        if not key.startswith(STANDALONE):
+            self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, reason, message)
         for claim in claims:
             self.recorder.emit(
                 involved_object(claim, "ResourceClaim", "resource.k8s.io/v1"),
@@ -866,8 +922,11 @@ class Controller:
     # ---- life cycle -------------------------------------------------------------------
 
     def _sweep_cleanup(self) -> None:
-        """Clear allocations of ours that no pod will ever reserve."""
+        """Clear allocations of ours that no pod will ever reserve (none when standalone
+        claims are allocated on purpose)."""
         keys, self._cleanup = self._cleanup, set()
+        if self.settings.allocate_standalone_claims:
+            return
         for key in keys:
             claim = self.claim_view.get(key)
             if (

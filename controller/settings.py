@@ -22,6 +22,10 @@ class ControllerSettings:
     allocation_taint_key: str = ALLOCATION_TAINT_KEY
     """Our own device taint: it keeps kube-scheduler off, not the controller."""
 
+    allocate_standalone_claims: bool = False
+    """Also allocate claims of our classes that no pod refers to (on any node that fits);
+    off by default: a claim is allocated when a pod needs it, on that pod's node."""
+
     gpu_policy: str = SPREAD
     """HAMi's `--gpu-scheduler-policy` default; a pod or VGPUConfig may override."""
 

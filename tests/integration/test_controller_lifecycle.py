@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -233,3 +234,18 @@ async def test_a_failed_write_undoes_the_pods_other_claims_then_retries(tmp_path
     assert rule.remaining == 0
     assert history == [False, True, False, True]
     assert node_of(first) == node_of(second)
+
+
+async def test_standalone_claims_are_allocated_only_when_configured(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        await c.add_claim("alone", request(**capacity(memory="10Gi")))
+        async with controller(c.client):
+            await c.add_pod_with_claim("needed", request(**capacity(memory="10Gi")))
+            await c.wait_allocated("needed-claim")
+            ignored = c.claim("alone")["status"].get("allocation")
+        async with controller(c.client, replace(FAST, allocate_standalone_claims=True)):
+            [alone] = await c.wait_allocated("alone")
+    assert ignored is None
+    assert node_of(alone) == "node-a"
