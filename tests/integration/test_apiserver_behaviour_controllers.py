@@ -6,12 +6,17 @@ Controller effects are awaited with bounded watches, never asserted at once."""
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from api_refusals import send
 from cluster_waits import not_ready_tainted, wait_schedulable, watch_until
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client import ApiClient
+
+from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.dra_scheduler import DRAScheduler
 
 DRIVER = "gpu.example.com"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
@@ -222,3 +227,24 @@ def test_a_node_reporting_not_ready_keeps_the_taint(api: ApiClient) -> None:
     wait_schedulable(api, "well")
     code, sick = send(api, "GET", "/api/v1/nodes/sick")
     assert code == 200 and not_ready_tainted(sick)
+
+
+async def test_the_scheduler_stand_in_waits_for_the_taint_to_go(tmp_path: Path) -> None:
+    async with APIServer() as server:
+        path = server.write_kubeconfig(tmp_path / "config")
+        with config.new_client_from_config(config_file=str(path)) as api:
+            core = client.CoreV1Api(api)
+            not_ready = {"conditions": [{"type": "Ready", "status": "False"}]}
+            await asyncio.to_thread(
+                core.create_node, {"metadata": {"name": "late"}, "status": not_ready}
+            )
+            pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+            await asyncio.to_thread(core.create_namespaced_pod, "default", pod)
+            scheduler = DRAScheduler(api)
+            refused = await scheduler.schedule("default", "p")
+            assert refused.node is None
+            assert "untolerated taint {node.kubernetes.io/not-ready: }" in (refused.message or "")
+            ready = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+            await asyncio.to_thread(core.patch_node_status, "late", ready)
+            await asyncio.to_thread(wait_schedulable, api, "late")
+            assert (await scheduler.schedule("default", "p")).node == "late"
