@@ -191,7 +191,7 @@ class Controller:
         self.slices = make(SLICES, self._on_slice, field_selector=f"spec.driver={settings.driver}")
         self.claims = make(CLAIMS, self._on_claim)
         self.pods = make(PODS, self._on_pod)
-        self.nodes = make(NODES, self._on_change)
+        self.nodes = make(NODES, self._on_node)
         self.classes = make(CLASSES, self._on_class)
         self.quotas = make(QUOTAS, self._on_change)
         self.claim_view = AssumeCache(self.claims)
@@ -305,7 +305,11 @@ class Controller:
 
     def _on_class(self, kind: str, obj: dict[str, Any]) -> None:
         self._context = None
-        self._on_change(kind, obj)
+        self._changed()
+
+    def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
+        """Predicates are re-evaluated per decision (cached by node resourceVersion)."""
+        self._changed()
 
     def _on_slice(self, kind: str, obj: dict[str, Any]) -> None:
         self._inventory_dirty = True
@@ -316,18 +320,16 @@ class Controller:
         self._changed()
 
     def _signature(self, claim: Mapping[str, Any] | None) -> Any:
-        if claim is None:
-            return None
+        """What of a claim the usage depends on: its results, and whether they still hold
+        capacity. A reservation added by kube-scheduler changes neither."""
         allocation = _allocation(claim)
-        reserved = tuple(r.get("uid") for r in _reserved(claim))
-        deleting = bool(claim["metadata"].get("deletionTimestamp"))
-        results = None
-        if allocation is not None:
-            results = tuple(
-                (r.get("driver"), r.get("pool"), r.get("device"), str(r.get("consumedCapacity")))
-                for r in (allocation.get("devices") or {}).get("results") or []
-            )
-        return (results, reserved, deleting)
+        if claim is None or allocation is None:
+            return None
+        results = tuple(
+            (r.get("driver"), r.get("pool"), r.get("device"), str(r.get("consumedCapacity")))
+            for r in (allocation.get("devices") or {}).get("results") or []
+        )
+        return (results, self._freed(claim))
 
     def _on_claim(self, kind: str, claim: dict[str, Any]) -> None:
         key = object_key(claim)
