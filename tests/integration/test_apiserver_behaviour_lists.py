@@ -113,6 +113,14 @@ def test_versions_out_of_the_history_get_410_and_future_ones_504(
     )
     assert (status["code"], status["reason"]) == (504, "Timeout")
     assert status["message"].startswith(f"Timeout: Too large resource version: {current + 1000}")
+    status = refusal(
+        core.list_namespaced_config_map,
+        "default",
+        watch=True,
+        resource_version=str(current + 1000),
+        _preload_content=False,
+    )
+    assert (status["code"], status["reason"]) == (504, "Timeout")
 
 
 def test_pages_of_a_list_show_one_snapshot(api: ApiClient, ns: str) -> None:

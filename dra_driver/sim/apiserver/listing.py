@@ -107,23 +107,28 @@ def _source(
         return bucket.objects, storage.rv, ""
     wanted = _resource_version(version)
     if wanted > storage.rv:
-        raise ApiError(
-            504,
-            f"Timeout: Too large resource version: {wanted}, current: {storage.rv}",
-            details={
-                "causes": [
-                    {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-                ],
-                "retryAfterSeconds": 1,
-            },
-            retry_after=1,
-        )
+        raise too_large(wanted, storage.rv)
     if match != "Exact":
         return bucket.objects, storage.rv, ""
     snapshot = bucket.snapshot(wanted)
     if snapshot is None:
         raise gone("The resourceVersion for the provided list is too old.")
     return snapshot, wanted, ""
+
+
+def too_large(wanted: int, current: int) -> ApiError:
+    """What a list or watch from a resourceVersion the server has not reached yet gets."""
+    return ApiError(
+        504,
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        details={
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+        retry_after=1,
+    )
 
 
 def _resource_version(text: str) -> int:

@@ -28,6 +28,7 @@ from .controllers import Controllers
 from .conversion import PRESENTERS
 from .errors import ApiError, bad_request, method_not_allowed
 from .faults import FaultInjector
+from .listing import too_large
 from .registry import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import APIServerSettings
@@ -472,6 +473,8 @@ class APIServer:
         bucket = storage.bucket(resource)
         bucket.compact()
         initial_events = query.get("sendInitialEvents") in _TRUE
+        if since > storage.rv and not initial_events:
+            raise too_large(since, storage.rv)
         expired = since and since < bucket.floor and not initial_events
         if not expired:
             if since and not initial_events:
