@@ -11,6 +11,7 @@ histogram p50/p99) and the allocation latency the controller measures itself.
 Target: >= 100 claims/s at 200 x 8.
 
     .venv/bin/python bench/controller_bench.py [--nodes 200] [--gpus 8] [--claims 2000]
+        [--rate 50]   # offer claims at a steady rate: latency without a backlog
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def bucket_quantile(buckets: list[tuple[float, float]], count: float, q: float) 
     return float("inf")
 
 
-async def run(nodes: int, gpus: int, claims: int) -> None:
+async def run(nodes: int, gpus: int, claims: int, rate: float) -> None:
     with run_in_thread() as server, tempfile.TemporaryDirectory() as scratch:
         kubeconfig = server.write_kubeconfig(Path(scratch) / "kubeconfig")
         client = await KubeClient.from_kubeconfig(kubeconfig)
@@ -186,6 +187,8 @@ async def run(nodes: int, gpus: int, claims: int) -> None:
             semaphore = asyncio.Semaphore(CONCURRENCY)
 
             async def create(i: int) -> None:
+                if rate:
+                    await asyncio.sleep(max(0.0, first + i / rate - time.perf_counter()))
                 async with semaphore:
                     created[f"c{i}"] = time.perf_counter()
                     await client.create(
@@ -266,8 +269,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=200)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--claims", type=int, default=2000)
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="claims offered per second (0: all at once)"
+    )
     args = parser.parse_args()
-    asyncio.run(run(args.nodes, args.gpus, args.claims))
+    asyncio.run(run(args.nodes, args.gpus, args.claims, args.rate))
 
 
 if __name__ == "__main__":
