@@ -169,7 +169,8 @@ def test_allocation_is_set_once(resource: client.ResourceV1Api, ns: str) -> None
         )
     status = _status(error.value)
     assert (status["code"], status["reason"]) == (422, "Invalid")
-    assert "status.allocation: field is immutable" in status["message"]
+    assert "status.allocation: Invalid value: {" in status["message"]
+    assert status["message"].endswith("field is immutable")
     same = resource.patch_namespaced_resource_claim_status(
         "once", ns, {"status": {"allocation": first}}
     )

@@ -48,11 +48,8 @@ class FieldError:
     detail: str = ""
     value: Any = None
     show_value: bool = False
-    show_kind: bool = True
 
     def body(self) -> str:
-        if not self.show_kind:
-            return self.detail
         text = self.kind
         if self.show_value:
             text += f": {json.dumps(self.value)}"
@@ -92,11 +89,6 @@ def not_supported(path: str, value: Any, supported: list[str]) -> FieldError:
     return FieldError(
         "Unsupported value", path, f"supported values: {allowed}", value, show_value=True
     )
-
-
-def immutable(path: str) -> FieldError:
-    """The exact text the real server answers for a set-once field (reference §2)."""
-    return FieldError("Invalid value", path, "field is immutable", show_kind=False)
 
 
 class ApiError(Exception):

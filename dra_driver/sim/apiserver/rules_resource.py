@@ -23,7 +23,6 @@ from .errors import (
     FieldError,
     duplicate,
     forbidden,
-    immutable,
     invalid,
     not_supported,
     required,
@@ -536,7 +535,7 @@ def validate_claim_status(obj: dict[str, Any], old: dict[str, Any] | None) -> li
     errors: list[FieldError] = []
     before = ((old or {}).get("status") or {}).get("allocation")
     if before is not None and allocation is not None and before != allocation:
-        errors.append(immutable("status.allocation"))
+        errors.append(invalid("status.allocation", allocation, "field is immutable"))
     if allocation is not None:
         errors += _validate_allocation(allocation)
     errors += _validate_reserved_for(status.get("reservedFor") or [], allocation)
