@@ -28,7 +28,12 @@ from pathlib import Path
 import aiohttp
 from apiserver_bench import serve
 
-from api.hami_annotations import NODE_NVIDIA_REGISTER, RegisteredDevice, encode_node_devices
+from api.hami_annotations import (
+    NODE_HANDSHAKE,
+    NODE_NVIDIA_REGISTER,
+    RegisteredDevice,
+    encode_node_devices,
+)
 from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.engine.engine import Engine
@@ -126,6 +131,13 @@ async def run(kubeconfig: Path, nodes: int, gpus: int, pods: int) -> None:
         settings = LegacySettings()
         async with LegacyServer(client, settings, ServeSettings(port=0)) as server:
             await server.state.nodes.wait_for(lambda _: len(server.state.inventory) == nodes)
+            # Steady state: the scheduler's first-sight handshake writes have landed.
+            await server.state.nodes.wait_for(
+                lambda store: all(
+                    NODE_HANDSHAKE in (n["metadata"].get("annotations") or {})
+                    for n in store.values()
+                )
+            )
             names = sorted(server.state.inventory)
             started = time.perf_counter()
             server.state.engine()

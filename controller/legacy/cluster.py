@@ -97,6 +97,8 @@ class ClusterState:
             client, QUOTAS, handlers=[self._on_quota], settings=informer_settings
         )
         self.inventory: dict[str, NodeInventory] = {}
+        self.usable: set[str] = set()
+        """Names of the nodes whose devices could be read (the engine's nodes)."""
         self.allocations: dict[str, PodAllocation] = {}
         self.lock = asyncio.Lock()
         """Held while a Filter decides and commits, so two pods never get the same share."""
@@ -233,6 +235,7 @@ class ClusterState:
         name = object_key(node)
         if kind == "DELETED":
             self._fingerprints.pop(name, None)
+            self.usable.discard(name)
             if self.inventory.pop(name, None) is not None and self._engine is not None:
                 self._engine.remove_node(name)
             return
@@ -260,6 +263,10 @@ class ClusterState:
         if self.inventory.get(entry.name) == entry:
             return
         self.inventory[entry.name] = entry
+        if entry.node is None:
+            self.usable.discard(entry.name)
+        else:
+            self.usable.add(entry.name)
         if self._engine is None:
             return
         if entry.node is None:

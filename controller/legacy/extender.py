@@ -172,13 +172,15 @@ class Extender:
         return await self._filter(pod, request, args.candidates)
 
     def _split(self, candidates: list[str]) -> tuple[list[str], dict[str, str]]:
-        usable, failed = [], {}
-        for name in candidates:
-            entry = self.state.inventory.get(name)
-            if entry is None or entry.node is None:
-                failed[name] = entry.problem if entry is not None else NODE_UNREGISTERED
-            else:
-                usable.append(name)
+        """Candidates the engine knows, and why each of the others cannot be used."""
+        known = self.state.usable
+        usable = [name for name in candidates if name in known]
+        failed = {}
+        if len(usable) < len(candidates):
+            for name in candidates:
+                if name not in known:
+                    entry = self.state.inventory.get(name)
+                    failed[name] = entry.problem if entry is not None else NODE_UNREGISTERED
         return usable, failed
 
     def _simulate(self, request: PodRequest, args: FilterArgs) -> dict[str, Any]:
