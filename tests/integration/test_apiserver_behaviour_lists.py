@@ -15,11 +15,20 @@ from kubernetes.client import ApiClient
 
 from dra_driver.sim.apiserver import APIServerSettings, run_in_thread
 
-SHORT_WATCH_S = 3  # the one bookmark comes 2 s before the end, so 1 s in
-
 
 def _events(stream: Iterator[dict]) -> list[tuple[str, str]]:
     return [(e["type"], e["raw_object"]["metadata"].get("name", "")) for e in stream]
+
+
+@pytest.fixture(scope="module")
+def short_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
+    """A server whose watch history holds 3 events per type, so compaction is quick to reach,
+    and whose watches send their bookmark 0.5 s before the timeout, so 1 s watches get one."""
+    settings = APIServerSettings(watch_history=3, bookmark_before_timeout_s=0.5)
+    with run_in_thread(settings) as server:
+        path = server.write_kubeconfig(tmp_path_factory.mktemp("short") / "config")
+        with config.new_client_from_config(config_file=str(path)) as api_client:
+            yield api_client
 
 
 def test_no_bookmark_at_start_one_shortly_before_the_timeout(api: ApiClient, ns: str) -> None:
@@ -42,46 +51,38 @@ def test_no_bookmark_at_start_one_shortly_before_the_timeout(api: ApiClient, ns:
     assert seen == [("ADDED", "changed"), ("BOOKMARK", "")]
 
 
-def test_a_type_without_changes_gets_no_bookmark(api: ApiClient, ns: str) -> None:
-    core = client.CoreV1Api(api)
-    since = core.list_namespaced_resource_quota(ns).metadata.resource_version
+def test_a_type_without_changes_gets_no_bookmark(short_history: ApiClient) -> None:
+    core = client.CoreV1Api(short_history)
+    since = core.list_namespaced_resource_quota("default").metadata.resource_version
     seen = _events(
         watch.Watch().stream(
             core.list_namespaced_resource_quota,
-            ns,
+            "default",
             resource_version=since,
             allow_watch_bookmarks=True,
-            timeout_seconds=SHORT_WATCH_S,
+            timeout_seconds=1,
         )
     )
     assert seen == []
 
 
 def test_a_watch_list_ends_its_initial_events_with_one_bookmark_only(
-    api: ApiClient, ns: str
+    short_history: ApiClient,
 ) -> None:
-    core = client.CoreV1Api(api)
-    core.create_namespaced_config_map(ns, {"metadata": {"name": "existing"}})
+    core = client.CoreV1Api(short_history)
+    core.create_namespace({"metadata": {"name": "watch-list"}})
+    core.create_namespaced_config_map("watch-list", {"metadata": {"name": "existing"}})
     seen = _events(
         watch.Watch().stream(
             core.list_namespaced_config_map,
-            ns,
+            "watch-list",
             send_initial_events=True,
             allow_watch_bookmarks=True,
             resource_version_match="NotOlderThan",
-            timeout_seconds=SHORT_WATCH_S,
+            timeout_seconds=1,
         )
     )
     assert seen == [("ADDED", "existing"), ("BOOKMARK", "")]
-
-
-@pytest.fixture(scope="module")
-def short_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiClient]:
-    """A server whose watch history holds 3 events per type, so compaction is quick to reach."""
-    with run_in_thread(APIServerSettings(watch_history=3)) as server:
-        path = server.write_kubeconfig(tmp_path_factory.mktemp("short") / "config")
-        with config.new_client_from_config(config_file=str(path)) as api_client:
-            yield api_client
 
 
 def test_versions_out_of_the_history_get_410_and_future_ones_504(
