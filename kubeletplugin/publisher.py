@@ -182,7 +182,8 @@ class SlicePublisher:
         settings: SliceSettings,
         publisher_settings: PublisherSettings | None = None,
     ) -> None:
-        self.client = client
+        # The kubelet plugin's calls, wherever the publisher runs (RBAC audit).
+        self.client = client.for_component("kubelet-plugin")
         self.node_name = node_name
         self.settings = settings
         self.publisher_settings = publisher_settings or PublisherSettings()

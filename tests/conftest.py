@@ -8,9 +8,17 @@ from collections.abc import Iterator
 
 import pytest
 from cdi_applier import SpecWriteWatch
+from rbac_audit_scope import order_audit_last
 
 _SPEC_WATCH = SpecWriteWatch()
 _SPEC_WATCH.install()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The RBAC audit reads what every other test made the components call: it runs last
+    (after -k/-m deselection, hence trylast)."""
+    order_audit_last(config, items)
 
 
 @pytest.fixture(autouse=True)

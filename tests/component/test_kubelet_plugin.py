@@ -675,6 +675,13 @@ async def test_vgpu_config_limits_hold_when_kube_scheduler_allocates(node: Node)
         }
         assert "opaque parameters are not capacity requests" in warning["message"]
         assert 'capacity: {requests: {memory: 2Gi, cores: "20"}}' in warning["message"]
+        # Prepared again after an unprepare: the same warning folds into one event.
+        assert (await node.kubelet.unprepare(DRIVER, [claim])).claims[claim.uid].error == ""
+        assert (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""
+        await plugin.events.wait_idle()
+        events = await node.client.list("/api/v1/namespaces/default/events")
+        (folded,) = [e for e in events["items"] if e["reason"] == "VGPUConfigNotCharged"]
+        assert folded["count"] == 2
         assert pod["metadata"]["uid"] in {
             r["uid"] for r in allocated["status"].get("reservedFor", [])
         }
