@@ -92,7 +92,9 @@ def _ready(node: Mapping[str, Any] | None) -> bool:
 
 
 class Cluster:
-    """The emulator plus helpers; `claims` is a live view of every ResourceClaim."""
+    """The emulator plus helpers; `claims` is a live view of every ResourceClaim.
+
+    `add_node(name, None)` creates the node only: its own kubelet plugin publishes."""
 
     def __init__(self, server: APIServer, client: KubeClient) -> None:
         self.server = server
@@ -119,7 +121,7 @@ class Cluster:
     async def add_node(
         self,
         name: str,
-        gpus: int | Sequence[GpuInfo] = 2,
+        gpus: int | Sequence[GpuInfo] | None = 2,
         *,
         cpu: str = "8",
         labels: Mapping[str, str] | None = None,
@@ -139,6 +141,8 @@ class Cluster:
         await self.client.create("/api/v1/nodes", body)
         async with asyncio.timeout(WAIT_S):
             await self.nodes.wait_for(lambda store: _ready(store.get(name)))
+        if gpus is None:
+            return
         devices = [gpu(name, i) for i in range(gpus)] if isinstance(gpus, int) else list(gpus)
         publisher = SlicePublisher(self.client, name, slices)
         await publisher.start()
