@@ -23,7 +23,7 @@ import yaml
 from aiohttp import web
 
 from . import audit, discovery
-from .cluster import Cluster, check_delete_options, check_dry_run
+from .cluster import Cluster, check_dry_run
 from .controllers import Controllers
 from .conversion import PRESENTERS
 from .errors import ApiError, bad_request, method_not_allowed
@@ -372,7 +372,6 @@ class APIServer:
                 raise bad_request("gracePeriodSeconds must be an integer") from error
         if options.get("orphanDependents") is not None and "propagationPolicy" not in options:
             options["propagationPolicy"] = "Orphan" if options["orphanDependents"] else "Background"
-        check_delete_options(options)
         return options
 
     async def _item(
