@@ -249,3 +249,17 @@ async def test_standalone_claims_are_allocated_only_when_configured(tmp_path: Pa
             [alone] = await c.wait_allocated("alone")
     assert ignored is None
     assert node_of(alone) == "node-a"
+
+
+async def test_a_selector_that_fails_on_a_device_is_reported_never_matched(
+    tmp_path: Path,
+) -> None:
+    broken = {"cel": {"expression": "device.attributes['vgpu.hami.io'].nosuch == 'x'"}}
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        await c.add_pod_with_claim("odd", request(selectors=[broken]))
+        async with controller(c.client):
+            event = await c.wait_event("odd-claim", "InvalidParameters")
+    assert "nosuch" in event["message"] and "cel.expression" in event["message"]
+    assert not c.claim("odd-claim")["status"].get("allocation")
