@@ -91,7 +91,13 @@ class ClusterState:
         self.clock = clock
         self.vendors = settings.vendors()
         self.vendor = settings.nvidia.vendor()
-        self.nodes = Informer(client, NODES, handlers=[self._on_node], settings=informer_settings)
+        self.nodes = Informer(
+            client,
+            NODES,
+            handlers=[self._on_node],
+            label_selector=settings.node_label_selector,
+            settings=informer_settings,
+        )
         self.pods = Informer(client, PODS, handlers=[self._on_pod], settings=informer_settings)
         self.quotas = Informer(
             client, QUOTAS, handlers=[self._on_quota], settings=informer_settings

@@ -65,6 +65,11 @@ def add_legacy_parsers(
             help="seconds after which a node lock is taken over",
         )
         parser.add_argument(
+            "--node-label-selector",
+            default=_env("NODE_LABEL_SELECTOR", "") or None,
+            help="only nodes with these labels are scheduled onto (e.g. gpu=on)",
+        )
+        parser.add_argument(
             "--force-overwrite-default-scheduler",
             action=argparse.BooleanOptionalAction,
             default=_env("FORCE_OVERWRITE_DEFAULT_SCHEDULER", "true") == "true",
@@ -95,6 +100,7 @@ def run_legacy(args: argparse.Namespace) -> int:
         ),
         node_lock_timeout=timedelta(seconds=args.node_lock_timeout),
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
+        node_label_selector=args.node_label_selector,
     )
     serve = ServeSettings(
         host=args.host,

@@ -124,6 +124,8 @@ class LegacySettings:
     device plugin is gone (HAMi's CheckHealth)."""
     health_interval_s: float = 15.0
     """How often handshake ages are re-evaluated (HAMi's registration ticker)."""
+    node_label_selector: str | None = None
+    """Only nodes matching it are read (HAMi's `--node-label-selector`); others are unregistered."""
 
     @property
     def nvidia(self) -> NvidiaConfig:

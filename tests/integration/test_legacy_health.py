@@ -122,3 +122,32 @@ async def test_port_in_use_is_a_clear_error_and_nothing_leaks(cluster) -> None:
         with pytest.raises(DriverError, match=f"cannot listen on 127.0.0.1:{first.port}"):
             await second.start()
         assert not second.state.ready
+
+
+async def test_node_label_selector_limits_the_nodes_read(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "selected")
+    await add_gpu_node(client, "other")
+    await client.patch(
+        object_path("/api/v1/nodes", "selected"), {"metadata": {"labels": {"gpu": "on"}}}
+    )
+    settings = LegacySettings(node_label_selector="gpu=on")
+    async with (
+        LegacyServer(client, settings, ServeSettings(port=0)) as server,
+        extender_client(server) as scheduler,
+    ):
+        await wait_for_nodes(server, "selected")
+        assert "other" not in server.state.nodes.store
+        nodes = [await client.get(object_path("/api/v1/nodes", n)) for n in ("selected", "other")]
+        pod = await create_pod(client, gpu_pod("p", NS, gpumem=1000))
+        result = await scheduler.filter(pod, nodes)
+        assert result.feasible == ["selected"]
+        await client.patch(
+            object_path("/api/v1/nodes", "selected"), {"metadata": {"labels": {"gpu": None}}}
+        )
+        await server.state.nodes.wait_for(lambda store: "selected" not in store)
+        other = await create_pod(client, gpu_pod("q", NS, gpumem=1000))
+        assert (await scheduler.filter(other, nodes)).failed == {
+            "selected": "node unregistered",
+            "other": "node unregistered",
+        }
