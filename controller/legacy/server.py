@@ -1,7 +1,8 @@
 """The legacy scheduler process: extender and/or webhook over one aiohttp server.
 
 `POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `GET
-/healthz` (the process answers) and `GET /readyz` (the caches have listed).
+/healthz` (the process answers), `GET /readyz` (the caches have listed) and
+`GET /metrics` (HAMi's scheduler metrics).
 Bodies are limited to 1 MiB (413 beyond). Malformed input is answered with a
 4xx and a message naming the field, never a stack trace; TLS is optional
 (certificate and key files). Reference: hami-protocol.md §4, §6.
@@ -20,13 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from controller.legacy.admission import AdmissionDecision, allow, review_pod
 from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
 from controller.legacy.events import EventRecorder
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
+from controller.legacy.metrics import legacy_view
 from controller.legacy.pod_shape import check_pod_shape
+from controller.metrics import HamiSchedulerCollector
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
@@ -114,6 +118,8 @@ class LegacyServer:
             NodeLocker(client, timeout=settings.node_lock_timeout),
             EventRecorder(client, settings.scheduler_name),
         )
+        self.registry = CollectorRegistry()
+        self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))
         self._runner: web.AppRunner | None = None
         self.port = serve.port
 
@@ -121,6 +127,7 @@ class LegacyServer:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics)
         if self.serve.extender:
             app.router.add_post("/filter", self._guard(self._filter))
             app.router.add_post("/bind", self._guard(self._bind))
@@ -189,6 +196,11 @@ class LegacyServer:
         if self.state.ready:
             return web.Response(text="ok")
         return web.Response(text="caches not synced", status=503)
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        """HAMi's scheduler metrics (hami-protocol.md §8) from the scheduler's cache."""
+        body = generate_latest(self.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _webhook(self, request: web.Request) -> web.Response:
         body = await _json_body(request)

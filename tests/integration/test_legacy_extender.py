@@ -383,3 +383,24 @@ async def test_bind_refuses_a_node_the_pod_was_not_filtered_for(cluster) -> None
         for name in ("n1", "n2"):
             node = await client.get(object_path("/api/v1/nodes", name))
             assert NODE_LOCK not in node["metadata"]["annotations"]
+
+
+async def test_metrics_show_hamis_series_for_a_filtered_pod(cluster) -> None:
+    _, client = cluster
+    await add_gpu_node(client, "n1", gpus=1)
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        pod = await create_pod(client, gpu_pod("p", NS, gpumem=1000, gpucores=30))
+        assert (await scheduler.filter(pod, await node_objects(client, "n1"))).feasible == ["n1"]
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{base_url(server)}/metrics") as response,
+        ):
+            text = await response.text()
+    device = f'device_uuid="{gpu_uuid("n1", 0)}"'
+    memory = [line for line in text.splitlines() if line.startswith("hami_gpu_memory_allocated")]
+    assert len(memory) == 1 and device in memory[0]
+    assert float(memory[0].rsplit(" ", 1)[1]) == 1000 * (1 << 20)
+    vgpu = [line for line in text.splitlines() if line.startswith("hami_vgpu_core_allocated")]
+    assert len(vgpu) == 1 and 'pod="p"' in vgpu[0]
+    assert float(vgpu[0].rsplit(" ", 1)[1]) == 30
