@@ -85,10 +85,14 @@ class ClusterState:
         *,
         clock: Callable[[], datetime] = _now,
         informer_settings: InformerSettings | None = None,
+        write_handshakes: bool = True,
     ) -> None:
         self.client = client
         self.settings = settings
         self.clock = clock
+        self.write_handshakes = write_handshakes
+        """The extender plays the scheduler's part of the handshake; a webhook-only
+        process reads nodes for nothing and must not write to them."""
         self.vendors = settings.vendors()
         self.vendor = settings.nvidia.vendor()
         self.nodes = Informer(
@@ -127,7 +131,10 @@ class ClusterState:
             (self.quotas, "legacy-quotas"),
         ):
             self._tasks.append(asyncio.create_task(informer.run(), name=name))
-        self._tasks.append(asyncio.create_task(self._write_handshakes(), name="legacy-handshake"))
+        if self.write_handshakes:
+            self._tasks.append(
+                asyncio.create_task(self._write_handshakes(), name="legacy-handshake")
+            )
         self._tasks.append(asyncio.create_task(self._refresh_health(), name="legacy-health"))
         synced = asyncio.create_task(self._synced(), name="legacy-synced")
         await asyncio.wait([synced, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -250,8 +257,10 @@ class ClusterState:
         if previous == fingerprint:
             return
         self._fingerprints[name] = fingerprint
-        if fingerprint[0] is not None and (
-            previous is None or previous[0] != fingerprint[0] or previous[4] != fingerprint[4]
+        if (
+            self.write_handshakes
+            and fingerprint[0] is not None
+            and (previous is None or previous[0] != fingerprint[0] or previous[4] != fingerprint[4])
         ):
             self._handshakes.put_nowait(name)
         self._reread(node)

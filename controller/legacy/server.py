@@ -111,7 +111,7 @@ class LegacyServer:
         self.client = client
         self.settings = settings
         self.serve = serve
-        self.state = state or ClusterState(client, settings)
+        self.state = state or ClusterState(client, settings, write_handshakes=serve.extender)
         self.extender = Extender(
             client,
             self.state,

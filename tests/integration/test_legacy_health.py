@@ -151,3 +151,13 @@ async def test_node_label_selector_limits_the_nodes_read(cluster) -> None:
             "selected": "node unregistered",
             "other": "node unregistered",
         }
+
+
+async def test_webhook_only_process_writes_no_handshake(cluster) -> None:
+    server_api, client = cluster
+    await add_gpu_node(client, "gpu")
+    serve = ServeSettings(port=0, extender=False)
+    async with LegacyServer(client, LegacySettings(), serve) as server:
+        await wait_for_nodes(server, "gpu")
+        assert handshake(server.state.nodes.store, "gpu") is None
+    assert server_api.faults.count("/nodes/gpu", verb="PATCH") == 1
