@@ -4,8 +4,10 @@ Fed by list-and-watch informers (nodes, pods, ResourceQuotas). The engine is
 built from that view once and then kept current: a pod's allocation appearing
 or going is charged to or released from the engine, a node whose devices
 change is replaced in it; only a quota change marks the engine stale, and
-the next Filter rebuilds it. The extender's own placements are recorded when it makes them,
-so the watch echo of its annotation patch finds nothing to change.
+the next Filter rebuilds it. The extender's own placements are recorded when
+it makes them, so the watch echo of its annotation patch finds nothing to
+change, and a watch event older than what was applied is ignored, so a late
+one cannot free a share Filter just gave out.
 
 It also plays HAMi's part of the handshake: when a node's register annotation
 or allocatable GPU count changes, it writes `Requesting_<now>` on the node.
@@ -52,6 +54,7 @@ def _now() -> datetime:
 
 
 _PENDING = sys.maxsize
+"""The version floor of a pod whose allocation Filter is still writing: ignore every event."""
 
 
 def _version_number(version: str) -> int:
