@@ -308,8 +308,13 @@ class Controller:
         self._changed()
 
     def _on_node(self, kind: str, obj: dict[str, Any]) -> None:
-        """Predicates are re-evaluated per decision (cached by node resourceVersion)."""
+        """Predicates are re-evaluated per decision (cached by node resourceVersion); a
+        deleted node strands the allocations of pending pods on it (rare: look at all)."""
         self._changed()
+        if kind == "DELETED":
+            for key, pod in self.pods.store.items():
+                if _is_pending(pod):
+                    self._enqueue(key)
 
     def _on_slice(self, kind: str, obj: dict[str, Any]) -> None:
         self._inventory_dirty = True
@@ -956,16 +961,20 @@ class Controller:
         task.add_done_callback(self._writes.discard)
 
     def _check_moved(self, key: str, pod: Mapping[str, Any], ours: list[dict[str, Any]]) -> None:
-        """The pod could not go where its claims are: clear them, avoid that node, retry."""
-        uid = pod["metadata"].get("uid", "")
+        """The pod cannot go where its claims are (kube-scheduler said so, or the node is
+        gone): clear them, avoid that node for a while, allocate again."""
         if not ours or any(_reserved(c) for c in ours):
+            return
+        node = _allocated_node(ours[0]) or ""
+        if self.nodes.get(node) is None:
+            self._move(key, pod, ours, node, f"node {node} no longer exists")
             return
         condition = _pod_condition(pod)
         if not _refused_with_claims_allocated(condition):
             return
         assert condition is not None
         signature = (str(condition.get("lastTransitionTime")), str(condition.get("message")))
-        placed = self._placed.get(uid)
+        placed = self._placed.get(pod["metadata"].get("uid", ""))
         if placed is not None:
             if placed.condition == signature:
                 return
@@ -974,19 +983,28 @@ class Controller:
             stamps = [str((_allocation(c) or {}).get("allocationTimestamp", "")) for c in ours]
             if signature[0] <= max(stamps):
                 return
-            node = _allocated_node(ours[0]) or ""
+        self._move(
+            key, pod, ours, node, f"kube-scheduler could not put the pod there ({signature[1]})"
+        )
+
+    def _move(
+        self,
+        key: str,
+        pod: Mapping[str, Any],
+        ours: list[dict[str, Any]],
+        node: str,
+        why: str,
+    ) -> None:
+        uid = pod["metadata"].get("uid", "")
         delay = min(
             self._moves.get(uid, self.settings.retry_initial_s / 2) * 2, self.settings.retry_max_s
         )
         self._moves[uid] = delay
         self._avoid.setdefault(uid, {})[node] = self.clock() + self.settings.moved_node_memory_s
         self._placed.pop(uid, None)
-        message = (
-            f"kube-scheduler could not put the pod on {node} ({signature[1]}); "
-            "its claims are allocated again elsewhere"
-        )
+        message = f"claims allocated on {node} are allocated again elsewhere: {why}"
         self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, MOVED, message)
-        log.info("moving a pod's claims", extra={"pod": key, "node": node})
+        log.info("moving a pod's claims", extra={"pod": key, "node": node, "why": why})
         self._in_flight.add(key)
 
         async def move() -> None:

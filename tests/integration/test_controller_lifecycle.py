@@ -263,3 +263,27 @@ async def test_a_selector_that_fails_on_a_device_is_reported_never_matched(
             event = await c.wait_event("odd-claim", "InvalidParameters")
     assert "nosuch" in event["message"] and "cel.expression" in event["message"]
     assert not c.claim("odd-claim")["status"].get("allocation")
+
+
+async def test_claims_of_a_pending_pod_leave_a_node_that_is_deleted(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        async with controller(c.client):
+            await c.add_pod_with_claim("stranded", request(**capacity(memory="10Gi")))
+            [first] = await c.wait_allocated("stranded-claim")
+            await c.add_node("node-b", 1)
+            await c.client.delete("/api/v1/nodes/node-a")
+            event = await c.wait_event("stranded", "AllocationMoved")
+            await c.wait_claims(
+                lambda store: (
+                    (store[f"{NAMESPACE}/stranded-claim"]["status"].get("allocation") or {})
+                    .get("nodeSelector", {})
+                    .get("nodeSelectorTerms", [{}])[0]
+                    .get("matchFields", [{}])[0]
+                    .get("values")
+                    == ["node-b"]
+                )
+            )
+    assert node_of(first) == "node-a"
+    assert "node node-a no longer exists" in event["message"]
