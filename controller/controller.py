@@ -31,6 +31,13 @@ from typing import Any
 
 from api.quantity import QuantityError, parse_quantity
 from controller.allocation import build_allocation
+from controller.claim_writes import (
+    RESOURCE_API,
+    ClaimWriter,
+    WriteSettings,
+    allocation_of,
+    reservations_of,
+)
 from controller.decide import NoFit, PodAllocation, claim_pod_keys, decide_pod
 from controller.inventory import (
     Inventory,
@@ -46,29 +53,27 @@ from controller.node_filter import (
     pod_resource_requests,
     requests_total,
 )
-from controller.requests import RequestContext, claim_name, pod_variants
+from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
 from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.vendors import VendorRegistry
-from dra_driver.errors import DriverError, InvalidParameterError, TransientError
+from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.assume import AssumeCache
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import Informer, object_key
-from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
+from dra_driver.kube.rest import KubeClient
 from dra_driver.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
-RESOURCE_API = "/apis/resource.k8s.io/v1"
 CLAIMS = f"{RESOURCE_API}/resourceclaims"
 SLICES = f"{RESOURCE_API}/resourceslices"
 CLASSES = f"{RESOURCE_API}/deviceclasses"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUOTAS = "/api/v1/resourcequotas"
-DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
 NODE_NOT_FOUND = "node not found"
 AVOIDED_NODE = "pod could not be scheduled on this node before"
@@ -87,24 +92,12 @@ STANDALONE = "claim:"
 DELETED_PODS_REMEMBERED = 100_000
 
 
-def claim_path(namespace: str, name: str) -> str:
-    return object_path(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", name)
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _allocation(claim: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return ((claim or {}).get("status") or {}).get("allocation")
-
-
-def _reserved(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((claim.get("status") or {}).get("reservedFor") or [])
-
-
 def _allocated_node(claim: Mapping[str, Any]) -> str | None:
-    selector = (_allocation(claim) or {}).get("nodeSelector") or {}
+    selector = (allocation_of(claim) or {}).get("nodeSelector") or {}
     for term in selector.get("nodeSelectorTerms") or []:
         for requirement in term.get("matchFields") or []:
             if requirement.get("key") == "metadata.name" and requirement.get("values"):
@@ -195,6 +188,12 @@ class Controller:
         self.classes = make(CLASSES, self._on_class)
         self.quotas = make(QUOTAS, self._on_change)
         self.claim_view = AssumeCache(self.claims)
+        self.writer = ClaimWriter(
+            client,
+            WriteSettings(
+                settings.write_attempts, settings.write_retry_s, settings.write_retry_max_s
+            ),
+        )
         self.selectors = SelectorCache()
         self._cel_devices: dict[tuple[str, int, str], CelDevice] = {}
         self._context: RequestContext | None = None
@@ -327,7 +326,7 @@ class Controller:
     def _signature(self, claim: Mapping[str, Any] | None) -> Any:
         """What of a claim the usage depends on: its results, and whether they still hold
         capacity. A reservation added by kube-scheduler changes neither."""
-        allocation = _allocation(claim)
+        allocation = allocation_of(claim)
         if claim is None or allocation is None:
             return None
         results = tuple(
@@ -353,11 +352,11 @@ class Controller:
         if (
             self.settings.allocate_standalone_claims
             and kind != "DELETED"
-            and _allocation(claim) is None
+            and allocation_of(claim) is None
             and not self._claim_pods.get(key)
         ):
             self._enqueue(STANDALONE + key)
-        if _allocation(claim) is not None and kind != "DELETED":
+        if allocation_of(claim) is not None and kind != "DELETED":
             self._cleanup.add(key)
             self._wake.set()
 
@@ -365,7 +364,7 @@ class Controller:
         """The watch shows an allocation this process is writing (before its response):
         the engine already holds it, nothing changed."""
         pending = self._pending.get(key)
-        allocation = _allocation(claim)
+        allocation = allocation_of(claim)
         if pending is None or allocation is None:
             return False
         share_ids = [
@@ -440,7 +439,7 @@ class Controller:
         key = object_key(claim)
         if key in self._pending:
             return False
-        reserved = _reserved(claim)
+        reserved = reservations_of(claim)
         if claim["metadata"].get("deletionTimestamp") and not reserved:
             return True
         if reserved:
@@ -470,7 +469,7 @@ class Controller:
                     **stored,
                     "status": {**(stored.get("status") or {}), "allocation": pending},
                 }
-            if _allocation(claim) is not None and not self._freed(claim):
+            if allocation_of(claim) is not None and not self._freed(claim):
                 claims.append(claim)
         return claims
 
@@ -522,7 +521,7 @@ class Controller:
             usage[name] = {s.device.id: DeviceUsage(s.used, s.memory, s.cores) for s in state.slots}
         shares = []
         for claim in self.effective_claims():
-            reserved = _reserved(claim)
+            reserved = reservations_of(claim)
             waiting = sorted(self._claim_pods.get(object_key(claim), ()))
             pod = (
                 reserved[0].get("name", "")
@@ -532,7 +531,7 @@ class Controller:
                 else claim["metadata"].get("name", "")
             )
             for index, result in enumerate(
-                ((_allocation(claim) or {}).get("devices") or {}).get("results") or []
+                ((allocation_of(claim) or {}).get("devices") or {}).get("results") or []
             ):
                 device = self.inventory.by_key.get(
                     (result.get("driver"), result.get("pool"), result.get("device"))
@@ -662,7 +661,7 @@ class Controller:
             return
         ours = [c for c in claims if c is not None and self._is_ours(c)]
         unallocated = [
-            c for c in ours if _allocation(c) is None and object_key(c) not in self._pending
+            c for c in ours if allocation_of(c) is None and object_key(c) not in self._pending
         ]
         if not unallocated:
             self._first_seen.pop(key, None)
@@ -684,7 +683,7 @@ class Controller:
         if (
             claim is None
             or key in self._in_flight
-            or _allocation(claim) is not None
+            or allocation_of(claim) is not None
             or claim_key in self._pending
             or claim["metadata"].get("deletionTimestamp")
             or self._claim_pods.get(claim_key)
@@ -798,7 +797,7 @@ class Controller:
         try:
             async with self._semaphore:
                 for claim, allocation in writes:
-                    stored = await self._write_claim(claim, allocation)
+                    stored = await self.writer.allocate(claim, allocation)
                     self._adopt(stored)
                     written.append(stored)
                     self.metrics.allocations.inc()
@@ -842,89 +841,14 @@ class Controller:
         self._signatures[key] = self._signature(stored)
         self._pending.pop(key, None)
 
-    async def _retry_pause(self, attempt: int, error: TransientError) -> None:
-        delay = min(self.settings.retry_initial_s * 2**attempt, self.settings.retry_max_s)
-        await asyncio.sleep(self._jitter(max(delay, min(error.retry_after, 5.0)) * 0.1))
-
-    async def _write_claim(
-        self, claim: dict[str, Any], allocation: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Finalizer, then status.allocation, each conditional on the version read."""
-        metadata = claim["metadata"]
-        path = claim_path(metadata["namespace"], metadata["name"])
-        current = claim
-        last_error: DriverError = TransientError("no attempt made")
-        for attempt in range(self.settings.write_attempts):
-            try:
-                if _allocation(current) is not None:
-                    raise DriverError(f"claim {claim_name(current)} was allocated meanwhile")
-                finalizers = list(current["metadata"].get("finalizers") or [])
-                if DELETE_PROTECTION not in finalizers:
-                    current = await self.client.patch(
-                        path,
-                        {
-                            "metadata": {
-                                "resourceVersion": current["metadata"]["resourceVersion"],
-                                "finalizers": [*finalizers, DELETE_PROTECTION],
-                            }
-                        },
-                    )
-                status = {**(current.get("status") or {}), "allocation": allocation}
-                return await self.client.replace(f"{path}/status", {**current, "status": status})
-            except ConflictError as error:
-                last_error = error
-                current = await self._reread(path)
-            except TransientError as error:
-                last_error = error
-                await self._retry_pause(attempt, error)
-                with contextlib.suppress(TransientError):
-                    current = await self._reread(path)
-        raise last_error
-
-    async def _reread(self, path: str) -> dict[str, Any]:
-        try:
-            return await self.client.get(path)
-        except NotFoundError as error:
-            raise DriverError(f"claim {path} was deleted") from error
-
     async def _clear_allocation(self, claim: dict[str, Any]) -> None:
-        """Take an allocation back (and our finalizer) unless a pod reserved it meanwhile."""
-        metadata = claim["metadata"]
-        path = claim_path(metadata["namespace"], metadata["name"])
-        current = claim
-        for attempt in range(self.settings.write_attempts):
-            try:
-                if _allocation(current) is None or _reserved(current):
-                    return
-                status = {
-                    k: v for k, v in (current.get("status") or {}).items() if k != "allocation"
-                }
-                current = await self.client.replace(f"{path}/status", {**current, "status": status})
-                self.claim_view.assume(current)
-                self._signatures[object_key(current)] = self._signature(current)
-                self._usage_dirty = True
-                self._changed()
-                finalizers = [
-                    f for f in current["metadata"].get("finalizers") or [] if f != DELETE_PROTECTION
-                ]
-                with contextlib.suppress(ConflictError, NotFoundError):
-                    await self.client.patch(
-                        path,
-                        {
-                            "metadata": {
-                                "resourceVersion": current["metadata"]["resourceVersion"],
-                                "finalizers": finalizers or None,
-                            }
-                        },
-                    )
-                return
-            except ConflictError:
-                current = await self._reread(path)
-            except NotFoundError:
-                return
-            except TransientError as error:
-                await self._retry_pause(attempt, error)
-        raise TransientError(f"could not clear the allocation of {claim_name(claim)}")
+        """Take an allocation back (unless a pod reserved it meanwhile) and free it here."""
+        stored = await self.writer.deallocate(claim)
+        if stored is not None:
+            self.claim_view.assume(stored)
+            self._signatures[object_key(stored)] = self._signature(stored)
+            self._usage_dirty = True
+            self._changed()
 
     # ---- life cycle -------------------------------------------------------------------
 
@@ -939,8 +863,8 @@ class Controller:
             if (
                 claim is None
                 or key in self._pending
-                or _allocation(claim) is None
-                or _reserved(claim)
+                or allocation_of(claim) is None
+                or reservations_of(claim)
                 or not self._is_ours(claim)
                 or self._claim_pods.get(key)
                 or claim["metadata"].get("deletionTimestamp")
@@ -963,7 +887,7 @@ class Controller:
     def _check_moved(self, key: str, pod: Mapping[str, Any], ours: list[dict[str, Any]]) -> None:
         """The pod cannot go where its claims are (kube-scheduler said so, or the node is
         gone): clear them, avoid that node for a while, allocate again."""
-        if not ours or any(_reserved(c) for c in ours):
+        if not ours or any(reservations_of(c) for c in ours):
             return
         node = _allocated_node(ours[0]) or ""
         if self.nodes.get(node) is None:
@@ -980,7 +904,7 @@ class Controller:
                 return
             node = placed.node
         else:
-            stamps = [str((_allocation(c) or {}).get("allocationTimestamp", "")) for c in ours]
+            stamps = [str((allocation_of(c) or {}).get("allocationTimestamp", "")) for c in ours]
             if signature[0] <= max(stamps):
                 return
         self._move(

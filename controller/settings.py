@@ -44,6 +44,11 @@ class ControllerSettings:
     write_attempts: int = 5
     """Tries per API write on 409 (refresh) or 5xx/429/timeouts (backoff) before undoing."""
 
+    write_retry_s: float = 0.05
+    """First pause after a 429/5xx/timeout while writing a claim; doubles per attempt."""
+
+    write_retry_max_s: float = 2.0
+
     moved_node_memory_s: float = 300.0
     """How long a node stays excluded for a pod that could not go there (seconds)."""
 

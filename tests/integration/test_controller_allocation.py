@@ -21,7 +21,7 @@ from controller_cluster import (
     vgpu_config,
 )
 
-from controller.controller import DELETE_PROTECTION
+from controller.claim_writes import DELETE_PROTECTION
 
 SHARE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
