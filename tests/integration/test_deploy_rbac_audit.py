@@ -140,3 +140,31 @@ def test_component_calls_are_allowed_and_every_rule_is_used(component: str, reco
     )
     assert not unused, f"{component} ({account}) is granted what it never uses: {unused}"
     assert not_observable <= granted, f"{component} lacks {not_observable - granted}"
+
+
+def test_the_audit_logic_tells_allowed_from_denied_and_used_from_unused() -> None:
+    """Always runs (no recordings needed): the matching the audit relies on."""
+    granted = _expand(
+        [
+            {"apiGroups": [""], "resources": ["pods", "pods/binding"], "verbs": ["get", "create"]},
+            {"apiGroups": ["resource.k8s.io"], "resources": ["*"], "verbs": ["list"]},
+        ]
+    )
+    assert _allows(granted, ApiCall("create", "", "pods", "binding"))
+    assert _allows(granted, ApiCall("list", "resource.k8s.io", "deviceclasses", ""))
+    assert not _allows(granted, ApiCall("patch", "", "pods", ""))
+    assert not _allows(granted, ApiCall("create", "", "pods", "eviction"))
+    assert not _allows(granted, ApiCall("list", "", "pods", ""))
+    calls = {ApiCall("get", "", "pods", ""), ApiCall("create", "", "pods", "binding")}
+    assert _used(Permission("create", "", "pods/binding"), calls)
+    assert not _used(Permission("create", "", "pods"), calls)
+    assert not _used(Permission("get", "", "pods/binding"), calls)
+
+
+def test_every_audited_service_account_has_roles_in_deploy() -> None:
+    granted = granted_permissions()
+    assert all(granted[account] for account in COMPONENTS.values()), {
+        account: len(granted[account]) for account in COMPONENTS.values()
+    }
+    (owner,) = set(REQUIRED_NOT_OBSERVABLE.values())
+    assert set(REQUIRED_NOT_OBSERVABLE) <= granted[COMPONENTS[owner]]
