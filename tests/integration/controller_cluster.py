@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubernetes import config
 from prometheus_client import CollectorRegistry
 
 from api.quantity import MIB, parse_quantity
@@ -20,6 +21,7 @@ from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
 from dra_driver.sim.apiserver import APIServer
+from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, Taint
@@ -281,6 +283,21 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
         finally:
             await running.aclose()
             await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def scheduler(c: Cluster, tmp_path: Path, allocate: bool = False) -> AsyncIterator[None]:
+    """The kube-scheduler stand-in, placing pods on their claims' nodes and reserving them."""
+    api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+    stop = asyncio.Event()
+    settings = SchedulerSettings(allocate=allocate, initial_backoff=0.05, max_backoff=0.2)
+    task = asyncio.create_task(DRAScheduler(api, settings=settings).run(stop), name="scheduler")
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+        api.close()
 
 
 @contextlib.asynccontextmanager

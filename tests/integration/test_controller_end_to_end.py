@@ -22,9 +22,9 @@ from controller_cluster import (
     node_of,
     request,
     results,
+    scheduler,
 )
 from prometheus_client import CollectorRegistry
-from test_controller_lifecycle import scheduler
 
 from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient

@@ -4,9 +4,6 @@ finished and deleted pods, shared claims."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,30 +19,14 @@ from controller_cluster import (
     node_of,
     request,
     results,
+    scheduler,
     vgpu_config,
 )
-from kubernetes import config
 from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.rest import MERGE_PATCH
-from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
 
 POD_STATUS = f"/api/v1/namespaces/{NAMESPACE}/pods/{{}}/status"
-
-
-@contextlib.asynccontextmanager
-async def scheduler(c: Cluster, tmp_path: Path, allocate: bool = False) -> AsyncIterator[None]:
-    """The kube-scheduler stand-in, placing pods on their claims' nodes and reserving them."""
-    api = config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
-    stop = asyncio.Event()
-    settings = SchedulerSettings(allocate=allocate, initial_backoff=0.05, max_backoff=0.2)
-    task = asyncio.create_task(DRAScheduler(api, settings=settings).run(stop), name="scheduler")
-    try:
-        yield
-    finally:
-        stop.set()
-        await task
-        api.close()
 
 
 def allocated_on(c: Cluster, claim: str, node: str) -> bool:

@@ -17,8 +17,8 @@ from controller_cluster import (
     gpu,
     overcommitted,
     request,
+    scheduler,
 )
-from test_controller_lifecycle import scheduler
 
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings
