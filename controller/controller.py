@@ -186,7 +186,7 @@ class Controller:
         self.pods = make(PODS, self._on_pod)
         self.nodes = make(NODES, self._on_node)
         self.classes = make(CLASSES, self._on_class)
-        self.quotas = make(QUOTAS, self._on_change)
+        self.quotas = make(QUOTAS, self._on_quota)
         self.claim_view = AssumeCache(self.claims)
         self.writer = ClaimWriter(
             client,
@@ -298,7 +298,8 @@ class Controller:
 
     # ---- informer handlers (synchronous, cheap) -------------------------------------
 
-    def _on_change(self, kind: str, obj: dict[str, Any]) -> None:
+    def _on_quota(self, kind: str, obj: dict[str, Any]) -> None:
+        """Quota limits live in the engine's ledger, built with the usage."""
         self._usage_dirty = True
         self._changed()
 
