@@ -40,10 +40,11 @@ from api.hami_annotations import (
     VGPU_DEVICES_TO_ALLOCATE,
     decode_pod_devices,
 )
+from controller.legacy.server import LegacyServer
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.admission import AdmissionClient, WebhookConfig
 from dra_driver.sim.kubelet_deviceplugin import ContainerRequest
-from dra_driver.sim.scheduler_extender import SCHEDULER_ERROR, SchedulerExtenderClient
+from dra_driver.sim.scheduler_extender import SCHEDULER_ERROR
 
 NS = "gpu-test"
 USER = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}
@@ -127,23 +128,27 @@ async def place(
     client: KubeClient,
     nodes: dict[str, GpuNode],
     node_list: list[dict[str, Any]],
-    kube_scheduler: SchedulerExtenderClient,
+    scheduler: LegacyServer,
     admissions: dict[str, asyncio.Lock],
+    lock_waits: list[int],
 ) -> tuple[str, dict[str, str]]:
-    """Schedule until bound (a bind refused by another pod's lock waits for that lock to
-    move, as kube-scheduler retries after its backoff), then admit on the node: kubelet
-    admits pods one at a time."""
+    """Schedule until bound over the pod's own connection (a bind refused by another
+    pod's lock waits for that lock to move, as kube-scheduler retries after its
+    backoff), then admit on the node: kubelet admits pods one at a time."""
     name = pod["metadata"]["name"]
-    while True:
-        cycle = await kube_scheduler.schedule_once(pod, node_list)
-        if cycle.node is not None:
-            break
-        assert cycle.reason == SCHEDULER_ERROR and "locked by" in cycle.message, cycle.message
-        chosen = annotations(await client.get(object_path(pods_path(NS), name)))
-        node = nodes[chosen["hami.io/vgpu-node"]]
-        held = annotations(await node.node()).get(NODE_LOCK)
-        if held is not None:
-            await wait_lock_moves(node, held)
+    async with extender_client(scheduler) as kube_scheduler:
+        while True:
+            cycle = await kube_scheduler.schedule_once(pod, node_list)
+            if cycle.node is not None:
+                break
+            contended = "locked by" in cycle.message or "lock not written" in cycle.message
+            assert cycle.reason == SCHEDULER_ERROR and contended, cycle.message
+            lock_waits.append(1)
+            chosen = annotations(await client.get(object_path(pods_path(NS), name)))
+            node = nodes[chosen["hami.io/vgpu-node"]]
+            held = annotations(await node.node()).get(NODE_LOCK)
+            if held is not None:
+                await wait_lock_moves(node, held)
     node = nodes[cycle.node]
     async with admissions[cycle.node]:
         admission = await node.kubelet.admit_pod(
@@ -154,11 +159,7 @@ async def place(
 
 async def test_fifty_pods_filtered_bound_and_allocated_concurrently_on_four_nodes() -> None:
     names = [f"gpu-node-{i}" for i in range(1, 5)]
-    async with (
-        cluster(*names) as (client, nodes),
-        legacy_scheduler(client) as scheduler,
-        extender_client(scheduler) as kube_scheduler,
-    ):
+    async with cluster(*names) as (client, nodes), legacy_scheduler(client) as scheduler:
         await bounded(wait_for_nodes(scheduler, *names))
         node_list = await node_objects(client, nodes)
         pods = []
@@ -167,9 +168,13 @@ async def test_fifty_pods_filtered_bound_and_allocated_concurrently_on_four_node
             manifest["metadata"]["annotations"] = {NODE_SCHEDULER_POLICY: "spread"}
             pods.append(await create_pod(client, manifest))
         admissions = defaultdict(asyncio.Lock)
+        lock_waits: list[int] = []
         placed = await bounded(
             asyncio.gather(
-                *(place(p, client, nodes, node_list, kube_scheduler, admissions) for p in pods)
+                *(
+                    place(p, client, nodes, node_list, scheduler, admissions, lock_waits)
+                    for p in pods
+                )
             ),
             seconds=180,
         )
@@ -194,3 +199,4 @@ async def test_fifty_pods_filtered_bound_and_allocated_concurrently_on_four_node
     assert max(shares.values()) <= SPLIT
     assert len({node for node, _ in placed}) == 4
     assert locks == [None, None, None, None]
+    assert lock_waits, "no bind ever met a held lock: the test did not contend"
