@@ -282,3 +282,20 @@ async def test_preferred_allocation_points_kubelet_at_the_pods_gpus() -> None:
 
     assert len(asked) == 1
     assert admission.devices["main"] == [f"{UUID_B}-0"]
+
+
+async def test_an_api_error_writing_the_outcome_fails_the_pod_and_frees_the_node() -> None:
+    async with node_rig() as rig, rig.plugin():
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        await rig.bound_pod("flaky", [[device(UUID_A, 1000)]])
+        assert rig.server is not None
+        rig.server.faults.fail("/pods/flaky$", verb="PATCH", status=500, message="etcd away")
+        with pytest.raises(AdmissionRejectedError) as rejected:
+            await admit(rig, "u-flaky", ContainerRequest("main", 1))
+        pod, node = await rig.pod("flaky"), await rig.node()
+
+    assert "pod default/flaky: 500" in rejected.value.event_message
+    assert "etcd away" in rejected.value.event_message
+    assert annotations(pod)[BIND_PHASE] == "failed"
+    assert annotations(pod)[VGPU_DEVICES_TO_ALLOCATE] == f"{UUID_A},NVIDIA,1000,0:;"
+    assert NODE_LOCK not in annotations(node)
