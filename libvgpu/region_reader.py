@@ -9,13 +9,12 @@ file that is being created, truncated, rewritten or holds garbage yields a
 `RegionReadError` and never takes the monitor down.
 
 Per-process slots are copied under the slot's seqlock (odd while a writer is
-inside). The file is copied twice in a row up to the last live slot: a copy
-is ascending, so the seqlock word at a slot's end is read after that slot's
-data, and the second copy's data sits between the first copy's seqlock and
-its own. Equal even values accept the second copy (x86-64's load ordering
-makes this hold). Header words are single aligned 64/32-bit stores and are
-taken as-is; magic and version must be the same in both copies, so a file
-re-initialised mid-read is reported as such rather than mixed.
+inside): every live slot's seqlock is read by a call of its own before and
+after one bulk copy up to the last live slot, and a slot whose two values
+differ or are odd is copied again between two fresh seqlock reads. Header
+words are single aligned 64/32-bit stores and are taken as-is; magic and
+version must match what the layout was chosen from, so a file re-initialised
+mid-read is reported as such rather than mixed.
 
 Reading (`read_region_bytes`, I/O) is apart from decoding (`decode_region`,
 pure), so a caller can skip decoding a file whose bytes did not change.
@@ -264,50 +263,53 @@ class _RegionCopy:
         if not 0 <= proc_num <= MAX_PROCESSES:
             raise RegionFormatError(path, f"proc_num {proc_num} out of range")
         end = layout.procs + proc_num * layout.slot_size
-        first = self._pread(end, 0)
-        self._check_probe(first, probe)
         if layout.slot_seqlock is None:
-            return RegionBytes(path, layout, first, tail)
-        second = self._pread(end, 0)
-        self._check_probe(second, probe)
+            data = self._pread(end, 0)
+            self._check_probe(data, probe)
+            return RegionBytes(path, layout, data, tail)
+        before = self._seqlocks(layout, proc_num)
+        data = self._pread(end, 0)
+        self._check_probe(data, probe)
+        after = self._seqlocks(layout, proc_num)
         unstable = [
-            index for index in range(proc_num) if not self._stable(layout, index, first, second)
+            index for index in range(proc_num) if before[index] & 1 or before[index] != after[index]
         ]
         if unstable:
-            patched = bytearray(second)
+            patched = bytearray(data)
             for index in unstable:
                 start = layout.procs + index * layout.slot_size
-                patched[start : start + layout.slot_size] = self._retry_slot(layout, index, second)
-            second = bytes(patched)
-        return RegionBytes(path, layout, second, tail)
+                patched[start : start + layout.slot_size] = self._retry_slot(layout, index)
+            data = bytes(patched)
+        return RegionBytes(path, layout, data, tail)
 
     def _check_probe(self, copy: bytes, probe: bytes) -> None:
         """Magic and version unchanged since the layout was chosen: not re-created meanwhile."""
         if copy[: _HEADER_PROBE.size] != probe:
             raise RegionFormatError(self._path, "re-initialised while being read")
 
-    @staticmethod
-    def _stable(layout: RegionLayout, index: int, first: bytes, second: bytes) -> bool:
-        """The second copy of the slot holds if the seqlock it ends with is even and unchanged
-        since the first copy (the first copy's seqlock was read after its data, before the
-        second's)."""
+    def _seqlock(self, layout: RegionLayout, index: int) -> int:
         assert layout.slot_seqlock is not None
-        seqlock_at = layout.procs + index * layout.slot_size + layout.slot_seqlock
-        before = _U64.unpack_from(first, seqlock_at)[0]
-        return before & 1 == 0 and before == _U64.unpack_from(second, seqlock_at)[0]
+        at = layout.procs + index * layout.slot_size + layout.slot_seqlock
+        return _U64.unpack(self._pread(_U64.size, at))[0]
 
-    def _retry_slot(self, layout: RegionLayout, index: int, second: bytes) -> bytes:
-        """Copy one slot again until two copies in a row end with the same even seqlock."""
-        assert layout.slot_seqlock is not None
+    def _seqlocks(self, layout: RegionLayout, proc_num: int) -> list[int]:
+        """Each live slot's seqlock, each read by a call of its own.
+
+        The bulk copy is bracketed by separate reads of the seqlocks, not by the words
+        inside it: within one `pread` the kernel's copy may load in any order (fast
+        string moves are not ordered), so only distinct calls order a seqlock read
+        against the data read."""
+        return [self._seqlock(layout, index) for index in range(proc_num)]
+
+    def _retry_slot(self, layout: RegionLayout, index: int) -> bytes:
+        """Copy one slot again, between two reads of its seqlock, until they agree and are even."""
         start = layout.procs + index * layout.slot_size
-        before = _U64.unpack_from(second, start + layout.slot_seqlock)[0]
         for _ in range(self._max_retries):
-            time.sleep(0)
+            before = self._seqlock(layout, index)
             copy = self._pread(layout.slot_size, start)
-            after = _U64.unpack_from(copy, layout.slot_seqlock)[0]
-            if before == after and after & 1 == 0:
+            if before & 1 == 0 and before == self._seqlock(layout, index):
                 return copy
-            before = after
+            time.sleep(0)
         raise RegionUnstableError(
             self._path, f"slot {index} still changing after {self._max_retries} tries"
         )
