@@ -9,9 +9,10 @@ file that is being created, truncated, rewritten or holds garbage yields a
 `RegionReadError` and never takes the monitor down.
 
 Per-process slots are copied under the slot's seqlock (odd while a writer is
-inside): every live slot's seqlock is read by a call of its own before and
-after one bulk copy up to the last live slot, and a slot whose two values
-differ or are odd is copied again between two fresh seqlock reads. Header
+inside): two bulk copies up to the last live slot are interleaved with reads
+of every live slot's seqlock made by calls of their own; a slot is taken when
+the three seqlock values agree and are even and its two copies are
+identical, and is otherwise copied again the same way. Header
 words are single aligned 64/32-bit stores and are taken as-is; magic and
 version must match what the layout was chosen from, so a file re-initialised
 mid-read is reported as such rather than mixed.
@@ -295,24 +296,34 @@ class _RegionCopy:
     def _seqlocks(self, layout: RegionLayout, proc_num: int) -> list[int]:
         """Each live slot's seqlock, each read by a call of its own.
 
-        The bulk copy is bracketed by separate reads of the seqlocks, not by the words
-        inside it: within one `pread` the kernel's copy may load in any order (fast
-        string moves are not ordered), so only distinct calls order a seqlock read
-        against the data read."""
+        Within one `pread` the kernel's copy may load in any order (fast string
+        moves are not ordered), so a seqlock word inside a bulk copy proves nothing
+        about the data beside it. Two bulk copies are therefore interleaved with
+        separate seqlock reads, and a slot is taken only when all three seqlock
+        reads agree and are even and both copies of the slot are identical (the
+        concurrent-writer test caught torn slots with a single bracketed copy)."""
         return [self._seqlock(layout, index) for index in range(proc_num)]
 
     def _retry_slot(self, layout: RegionLayout, index: int) -> bytes:
-        """Copy one slot again, between two reads of its seqlock, until they agree and are even."""
+        """Copy one slot again, as `copy` does, until it holds still."""
         start = layout.procs + index * layout.slot_size
         for _ in range(self._max_retries):
             before = self._seqlock(layout, index)
+            first = self._pread(layout.slot_size, start)
+            middle = self._seqlock(layout, index)
             copy = self._pread(layout.slot_size, start)
-            if before & 1 == 0 and before == self._seqlock(layout, index):
+            after = self._seqlock(layout, index)
+            if before & 1 == 0 and before == middle == after and first == copy:
                 return copy
             time.sleep(0)
         raise RegionUnstableError(
             self._path, f"slot {index} still changing after {self._max_retries} tries"
         )
+
+
+def _slot(layout: RegionLayout, data: bytes, index: int) -> bytes:
+    start = layout.procs + index * layout.slot_size
+    return data[start : start + layout.slot_size]
 
 
 def decode_region(raw: RegionBytes) -> RegionSnapshot:
