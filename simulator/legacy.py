@@ -11,9 +11,7 @@ calls /filter and /bind, and the kubelet stand-in admits the bound pod.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -22,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
@@ -37,9 +33,9 @@ from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.slices import SliceSettings
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
-from simulator.report import ContainerReport, PodReport, SimulationReport, render_report
+from simulator.report import ContainerReport, PodReport, SimulationReport
 from simulator.settings import SimulationSettings
-from simulator.workloads import Workload, apply_workloads, load_workloads
+from simulator.workloads import Workload, apply_workloads
 
 RESOURCE = "nvidia.com/gpu"
 ADMIN = {"username": "simulator", "groups": ["system:masters", "system:authenticated"]}
@@ -179,22 +175,3 @@ async def simulate_legacy(
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def run_legacy_simulation(settings: SimulationSettings, output: str) -> int:
-    workloads = load_workloads(settings.workload_files())
-    errors = Console(file=sys.stderr)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    ) as progress:
-        report = asyncio.run(simulate_legacy(settings, workloads, progress))
-    if output == "json":
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
-    else:
-        width = None if sys.stdout.isatty() else PIPED_WIDTH
-        render_report(report, Console(file=sys.stdout, width=width))
-    return 1 if any(not pod.reason for pod in report.refused) else 0

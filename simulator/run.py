@@ -154,9 +154,11 @@ async def simulate(
 def run_simulation(settings: SimulationSettings, output: str) -> int:
     """Exit status: 0 when every pod started or was refused with a reason, 1 otherwise."""
     if settings.mode is Mode.LEGACY:
-        from simulator.legacy import run_legacy_simulation
+        from simulator.legacy import simulate_legacy
 
-        return run_legacy_simulation(settings, output)
+        simulation = simulate_legacy
+    else:
+        simulation = simulate
     workloads = load_workloads(settings.workload_files())
     errors = Console(file=sys.stderr)
     with Progress(
@@ -166,7 +168,7 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
         console=errors,
         transient=True,
     ) as progress:
-        report = asyncio.run(simulate(settings, workloads, progress))
+        report = asyncio.run(simulation(settings, workloads, progress))
     if output == "json":
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
