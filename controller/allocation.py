@@ -14,43 +14,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Context, Decimal
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from api.quantity import MIB, QuantityError, format_quantity, parse_quantity
 from controller.inventory import Inventory, PublishedDevice, capacity_value
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Placement
+from dra_driver.node_predicates import round_up_request
 
-_EXACT = Context(prec=200)
 CAPACITY_REFUSED = "CapacityRequestPolicyNotFit"
 """Reason for a device whose requestPolicy cannot serve the rounded request."""
-
-
-def round_up_request(amount: Decimal, policy: Mapping[str, Any] | None) -> Decimal | None:
-    """What a share takes for a request of `amount`, or None if the policy forbids it.
-
-    validValues: the smallest allowed value >= amount. validRange: below min
-    -> min, else min + ceil((amount - min) / step) * step; above max -> None.
-    """
-    if not policy:
-        return amount
-    if policy.get("validValues"):
-        allowed = sorted(parse_quantity(str(v)) for v in policy["validValues"])
-        return next((value for value in allowed if value >= amount), None)
-    bounds = policy.get("validRange")
-    if not bounds:
-        return amount
-    minimum = parse_quantity(str(bounds.get("min", "0")))
-    if amount <= minimum:
-        amount = minimum
-    elif bounds.get("step") is not None:
-        step = parse_quantity(str(bounds["step"]))
-        steps = _EXACT.divide(amount - minimum, step).to_integral_value(rounding=ROUND_CEILING)
-        amount = _EXACT.add(minimum, _EXACT.multiply(steps, step))
-    if bounds.get("max") is not None and amount > parse_quantity(str(bounds["max"])):
-        return None
-    return amount
 
 
 def quantity_text(value: Decimal) -> str:

@@ -47,12 +47,6 @@ from controller.inventory import (
     usage_by_node,
 )
 from controller.metrics import ControllerMetrics, ShareRecord, ViewSnapshot
-from controller.node_filter import (
-    TERMINAL_PHASES,
-    node_refusal,
-    pod_resource_requests,
-    requests_total,
-)
 from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
 from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
@@ -64,6 +58,12 @@ from dra_driver.kube.assume import AssumeCache
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
+from dra_driver.node_predicates import (
+    TERMINAL_PHASES,
+    node_refusal,
+    pod_resource_requests,
+    requests_total,
+)
 from dra_driver.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import ROUND_CEILING, Context, Decimal
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client as k8s
@@ -39,6 +39,15 @@ from kubernetes.client.rest import ApiException
 from api.quantity import QuantityError, format_quantity_value, parse_quantity
 from dra_driver.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
 from dra_driver.errors import InvalidParameterError
+from dra_driver.node_predicates import (
+    NODE_UNSCHEDULABLE,
+    SELECTOR_MISMATCH,
+    TOO_MANY_PODS,
+    node_selector_matches,
+    pod_resource_requests,
+    round_up_request,
+    untolerated_taint,
+)
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
 
@@ -47,11 +56,7 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "default-scheduler"
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE = "cannot allocate all claims"
-NODE_UNSCHEDULABLE = "node(s) were unschedulable"
-SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
-TOO_MANY_PODS = "Too many pods"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
-SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,72 +103,12 @@ def claim_names(pod: dict[str, Any]) -> dict[str, str | None]:
     return names
 
 
-def _requirement_met(requirement: dict[str, Any], value: str | None) -> bool:
-    operator, values = requirement["operator"], requirement.get("values") or []
-    if operator == "In":
-        return value in values
-    if operator == "NotIn":
-        return value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    if value is None or not values:
-        return False
-    if operator == "Gt":
-        return int(value) > int(values[0])
-    return operator == "Lt" and int(value) < int(values[0])
-
-
-def node_matches_selector(node: dict[str, Any], selector: dict[str, Any] | None) -> bool:
-    """A v1 NodeSelector: terms are ORed; expressions and fields within a term ANDed."""
-    if not selector:
-        return True
-    labels = node["metadata"].get("labels") or {}
-    fields = {"metadata.name": node["metadata"]["name"]}
-    for term in selector.get("nodeSelectorTerms") or []:
-        expressions = term.get("matchExpressions") or []
-        matched_fields = term.get("matchFields") or []
-        if not expressions and not matched_fields:
-            continue
-        if all(_requirement_met(r, labels.get(r["key"])) for r in expressions) and all(
-            _requirement_met(r, fields.get(r["key"])) for r in matched_fields
-        ):
-            return True
-    return False
-
-
-def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
-        "value", ""
+def pod_untolerated_taint(node: dict[str, Any], pod: dict[str, Any]) -> Mapping[str, Any] | None:
+    """The node's first NoSchedule/NoExecute taint the pod does not tolerate."""
+    return untolerated_taint(
+        (node.get("spec") or {}).get("taints") or [],
+        (pod.get("spec") or {}).get("tolerations") or [],
     )
-
-
-def untolerated_taint(node: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any] | None:
-    tolerations = (pod.get("spec") or {}).get("tolerations") or []
-    for taint in (node.get("spec") or {}).get("taints") or []:
-        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(_tolerates(t, taint) for t in tolerations):
-            return taint
-    return None
-
-
-def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
-    """Effective requests: the larger of the app containers' sum and any init container."""
-    spec = pod.get("spec") or {}
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[name] = total.get(name, Decimal(0)) + quantity_value(quantity)
-    for container in spec.get("initContainers") or []:
-        for name, quantity in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[name] = max(total.get(name, Decimal(0)), quantity_value(quantity))
-    return total
 
 
 def fit_failure(
@@ -172,7 +117,7 @@ def fit_failure(
     """The first failing predicate as (reason, resolvable by preemption), or None."""
     if (node.get("spec") or {}).get("unschedulable"):
         return NODE_UNSCHEDULABLE, False
-    taint = untolerated_taint(node, pod)
+    taint = pod_untolerated_taint(node, pod)
     if taint is not None:
         return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}", False
     labels = node["metadata"].get("labels") or {}
@@ -184,9 +129,9 @@ def fit_failure(
         return TOO_MANY_PODS, True
     used: dict[str, Decimal] = {}
     for other in pods_on_node:
-        for name, amount in pod_requests(other).items():
+        for name, amount in pod_resource_requests(other).items():
             used[name] = used.get(name, Decimal(0)) + amount
-    for name, amount in sorted(pod_requests(pod).items()):
+    for name, amount in sorted(pod_resource_requests(pod).items()):
         if name in allocatable and used.get(name, Decimal(0)) + amount > quantity_value(
             allocatable[name]
         ):
@@ -200,7 +145,7 @@ def claim_failure(
     """An allocated claim the node cannot reach (Filter's first check, before allocating)."""
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation")
-        if allocation is not None and not node_matches_selector(
+        if allocation is not None and not node_selector_matches(
             node, allocation.get("nodeSelector")
         ):
             return CLAIM_NOT_ON_NODE, False
@@ -211,7 +156,6 @@ def claim_failure(
 
 DeviceKey = tuple[str, str, str]
 DeviceMatcher = Callable[[str, Mapping[str, Any]], bool]
-_EXACT = Context(prec=200)
 
 
 def unqualified(name: str, driver: str) -> str:
@@ -248,12 +192,8 @@ def untolerated_device_taint(
     device: Mapping[str, Any], tolerations: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any] | None:
     """The first NoSchedule/NoExecute taint of the device no toleration of the request covers."""
-    for taint in device.get("taints") or []:
-        if taint.get("effect") not in SCHEDULING_EFFECTS:
-            continue
-        if not any(_tolerates(dict(t), taint) for t in tolerations):
-            return dict(taint)
-    return None
+    taint = untolerated_taint(device.get("taints") or [], tolerations)
+    return dict(taint) if taint is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +219,7 @@ def _slice_on_node(spec: Mapping[str, Any], node: dict[str, Any]) -> bool:
     if spec.get("allNodes"):
         return True
     selector = spec.get("nodeSelector")
-    return selector is not None and node_matches_selector(node, dict(selector))
+    return selector is not None and node_selector_matches(node, dict(selector))
 
 
 def node_pool_devices(
@@ -330,28 +270,6 @@ def device_usage(claims: Sequence[Mapping[str, Any]]) -> DeviceUsage:
                 short = unqualified(name, result["driver"])
                 totals[short] = totals.get(short, Decimal(0)) + amount
     return usage
-
-
-def round_up_request(amount: Decimal, policy: Mapping[str, Any] | None) -> Decimal | None:
-    """The amount a share takes for a request of `amount`, or None if the policy forbids it."""
-    if not policy:
-        return amount
-    if policy.get("validValues"):
-        allowed = sorted(parse_quantity(str(v)) for v in policy["validValues"])
-        return next((value for value in allowed if value >= amount), None)
-    bounds = policy.get("validRange")
-    if not bounds:
-        return amount
-    minimum = parse_quantity(str(bounds.get("min", "0")))
-    if amount <= minimum:
-        amount = minimum
-    elif bounds.get("step") is not None:
-        step = parse_quantity(str(bounds["step"]))
-        steps = _EXACT.divide(amount - minimum, step).to_integral_value(rounding=ROUND_CEILING)
-        amount = _EXACT.add(minimum, _EXACT.multiply(steps, step))
-    if bounds.get("max") is not None and amount > parse_quantity(str(bounds["max"])):
-        return None
-    return amount
 
 
 @dataclass(frozen=True, slots=True)

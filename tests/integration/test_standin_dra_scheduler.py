@@ -12,13 +12,9 @@ import pytest
 from cluster_waits import wait_schedulable
 from kubernetes import client, config
 
+from dra_driver.node_predicates import node_selector_matches
 from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import (
-    DRAScheduler,
-    fit_failure,
-    node_matches_selector,
-    untolerated_taint,
-)
+from dra_driver.sim.dra_scheduler import DRAScheduler, fit_failure, pod_untolerated_taint
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -219,10 +215,10 @@ def test_node_selector_terms() -> None:
         ]
     }
 
-    assert node_matches_selector(labelled, by_field)
-    assert not node_matches_selector(node("node-b"), by_field)
-    assert not node_matches_selector(labelled, by_label)
-    assert node_matches_selector(labelled, None)
+    assert node_selector_matches(labelled, by_field)
+    assert not node_selector_matches(node("node-b"), by_field)
+    assert not node_selector_matches(labelled, by_label)
+    assert node_selector_matches(labelled, None)
 
 
 @pytest.mark.parametrize(
@@ -240,7 +236,7 @@ def test_taint_toleration(tolerations: list[dict[str, Any]], tolerated: bool) ->
     tainted = node("node-a", taints=[{"key": "gpu", "value": "broken", "effect": "NoSchedule"}])
     candidate = pod("p", tolerations=tolerations)
 
-    assert (untolerated_taint(tainted, candidate) is None) is tolerated
+    assert (pod_untolerated_taint(tainted, candidate) is None) is tolerated
 
 
 @pytest.mark.parametrize(

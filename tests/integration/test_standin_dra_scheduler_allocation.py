@@ -17,12 +17,12 @@ from kubernetes import client, config, watch
 from api.quantity import parse_quantity
 from dra_driver.dra_cel import CelEvaluationError
 from dra_driver.errors import InvalidParameterError
+from dra_driver.node_predicates import round_up_request
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.dra_scheduler import (
     DELETE_PROTECTION,
     DRAScheduler,
     SchedulerSettings,
-    round_up_request,
     selectors_matcher,
 )
 from kubeletplugin.gpus import GpuInfo

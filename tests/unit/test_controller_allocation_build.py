@@ -13,10 +13,10 @@ from controller.allocation import (
     build_allocation,
     consumed_capacity,
     quantity_text,
-    round_up_request,
 )
 from controller.inventory import PublishedDevice
 from controller.requests import ClaimVariant
+from dra_driver.node_predicates import round_up_request
 
 GI = 1 << 30
 RANGE = {"validRange": {"min": "256Mi", "max": "80Gi", "step": "256Mi"}}
