@@ -49,27 +49,29 @@ class GpuBackend(Protocol):
     def discover(self) -> Sequence[GpuInfo]: ...
 
 
-class _MockGpu(BaseModel):
+class MockGpu(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    uuid: str = Field(min_length=1)
-    index: int = Field(ge=0)
-    minor: int | None = Field(None, ge=0)
+    uuid: str = Field(min_length=1, description="GPU UUID, e.g. `GPU-...`.")
+    index: int = Field(ge=0, description="NVML index.")
+    minor: int | None = Field(None, ge=0, description="Device minor; unset = the index.")
     product_name: str = Field("NVIDIA A100-SXM4-80GB", alias="productName")
     memory: int | str = Field("80Gi", description="Bytes, or a Kubernetes quantity.")
-    numa: int = Field(0, ge=0)
+    numa: int = Field(0, ge=0, description="NUMA node.")
     pci_bus_id: str = Field("", alias="pciBusID")
-    healthy: bool = True
-    unhealthy_reason: str = Field("", alias="unhealthyReason")
+    healthy: bool = Field(True, description="False publishes the GPU with a NoSchedule taint.")
+    unhealthy_reason: str = Field("", alias="unhealthyReason", description="The taint's value.")
 
 
-class _MockNode(BaseModel):
+class MockGpuFile(BaseModel):
+    """A node's mock GPUs: what NVML would report, for machines without GPUs."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     driver_version: str = Field("550.54.15", alias="driverVersion")
     cuda_driver_version: str = Field("12.4", alias="cudaDriverVersion")
     compute_capability: str = Field("8.0", alias="cudaComputeCapability")
-    gpus: list[_MockGpu] = Field(default_factory=list)
+    gpus: list[MockGpu] = Field(default_factory=list, description="One entry per GPU.")
 
 
 @dataclass(slots=True)
@@ -86,7 +88,7 @@ class MockBackend:
     def discover(self) -> Sequence[GpuInfo]:
         try:
             document = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
-            spec = _MockNode.model_validate(document)
+            spec = MockGpuFile.model_validate(document)
         except OSError as error:
             raise InvalidParameterError(str(self.path), f"cannot read: {error.strerror}") from None
         except (yaml.YAMLError, ValidationError) as error:
