@@ -57,7 +57,7 @@ SECTIONS = (
         "Legacy device config (HAMi's `device-config.yaml`)",
         DeviceConfig,
         "Key `device-config.yaml` of the `hami-scheduler-device` ConfigMap, read by"
-        " `dra-driver scheduler|extender|webhook --device-config` and the device plugin,"
+        " `dra-driver scheduler|extender|webhook --device-config-file`,"
         " in HAMi's own format so an existing HAMi ConfigMap works unchanged.",
     ),
 )

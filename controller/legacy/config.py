@@ -39,25 +39,68 @@ class NvidiaConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
-    resource_count_name: str = Field("nvidia.com/gpu", alias="resourceCountName", min_length=1)
-    resource_memory_name: str = Field("nvidia.com/gpumem", alias="resourceMemoryName", min_length=1)
+    resource_count_name: str = Field(
+        "nvidia.com/gpu",
+        alias="resourceCountName",
+        min_length=1,
+        description="Resource a pod asks GPUs with (distinct cards).",
+    )
+    resource_memory_name: str = Field(
+        "nvidia.com/gpumem",
+        alias="resourceMemoryName",
+        min_length=1,
+        description="Resource for MiB per GPU (x memoryFactor).",
+    )
     resource_memory_percentage_name: str = Field(
-        "nvidia.com/gpumem-percentage", alias="resourceMemoryPercentageName", min_length=1
+        "nvidia.com/gpumem-percentage",
+        alias="resourceMemoryPercentageName",
+        min_length=1,
+        description="Resource for a percentage of each GPU's memory.",
     )
-    resource_core_name: str = Field("nvidia.com/gpucores", alias="resourceCoreName", min_length=1)
+    resource_core_name: str = Field(
+        "nvidia.com/gpucores",
+        alias="resourceCoreName",
+        min_length=1,
+        description="Resource for percent of each GPU's SMs.",
+    )
     resource_priority_name: str = Field(
-        "nvidia.com/priority", alias="resourcePriorityName", min_length=1
+        "nvidia.com/priority",
+        alias="resourcePriorityName",
+        min_length=1,
+        description="Resource whose value becomes CUDA_TASK_PRIORITY.",
     )
-    overwrite_env: bool = Field(False, alias="overwriteEnv")
+    overwrite_env: bool = Field(
+        False,
+        alias="overwriteEnv",
+        description="Containers without GPUs get NVIDIA_VISIBLE_DEVICES=none.",
+    )
     default_memory: int = Field(0, alias="defaultMemory", ge=0, description="MiB per GPU")
     default_cores: int = Field(0, alias="defaultCores", ge=0, le=100, description="percent")
-    default_gpu_num: int = Field(1, alias="defaultGPUNum", ge=0)
-    memory_factor: int = Field(1, alias="memoryFactor", ge=1)
-    device_split_count: int = Field(10, alias="deviceSplitCount", ge=1)
-    device_memory_scaling: float = Field(1.0, alias="deviceMemoryScaling", gt=0)
-    device_core_scaling: float = Field(1.0, alias="deviceCoreScaling", gt=0)
+    default_gpu_num: int = Field(
+        1,
+        alias="defaultGPUNum",
+        ge=0,
+        description="GPUs the webhook adds when only memory/cores are asked.",
+    )
+    memory_factor: int = Field(
+        1, alias="memoryFactor", ge=1, description="Multiplier of the memory resource's value."
+    )
+    device_split_count: int = Field(
+        10, alias="deviceSplitCount", ge=1, description="Shares (tasks) per GPU."
+    )
+    device_memory_scaling: float = Field(
+        1.0,
+        alias="deviceMemoryScaling",
+        gt=0,
+        description="Registered memory = physical x this; above 1 oversubscribes.",
+    )
+    device_core_scaling: float = Field(
+        1.0, alias="deviceCoreScaling", gt=0, description="Registered cores = 100 x this."
+    )
     gpu_core_policy: CorePolicy = Field(CorePolicy.DEFAULT, alias="gpuCorePolicy")
-    runtime_class_name: str = Field("", alias="runtimeClassName")
+    runtime_class_name: str = Field(
+        "", alias="runtimeClassName", description="Set on GPU pods that name none."
+    )
 
     def vendor(self) -> VendorAdapter:
         """The engine's NVIDIA adapter with this config's names and defaults."""
