@@ -46,7 +46,7 @@ from controller.inventory import (
     quota_ledger,
     usage_by_node,
 )
-from controller.metrics import ControllerMetrics, ShareRecord, ViewSnapshot
+from controller.metrics import ControllerMetrics, QuotaRecord, ShareRecord, ViewSnapshot
 from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
 from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
@@ -551,7 +551,26 @@ class Controller:
                         cores=_bytes(consumed.get("cores")),
                     )
                 )
-        return ViewSnapshot(self.inventory, usage, tuple(shares))
+        return ViewSnapshot(self.inventory, usage, tuple(shares), self._quota_records())
+
+    def _quota_records(self) -> tuple[QuotaRecord, ...]:
+        ledger = quota_ledger(
+            self.quotas.store.values(), self.effective_claims(), self.inventory, self.vendors
+        )
+        records = []
+        for (namespace, vendor_name), quota in sorted(ledger.quotas.items()):
+            resources = self.vendors.get(vendor_name).resources
+            if quota.memory_limit_mib is not None:
+                records.append(
+                    QuotaRecord(
+                        namespace, resources.memory, quota.memory_limit_mib, quota.memory_used_mib
+                    )
+                )
+            if quota.cores_limit is not None:
+                records.append(
+                    QuotaRecord(namespace, resources.cores, quota.cores_limit, quota.cores_used)
+                )
+        return tuple(records)
 
     # ---- deciding ---------------------------------------------------------------------
 

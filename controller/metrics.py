@@ -24,6 +24,8 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 DECISION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 DEVICE_LABELS = ("node", "device_uuid", "device_index", "device_type", "zone")
 VGPU_LABELS = ("namespace", "node", "pod", "container_index", "device_uuid", "zone")
+QUOTA_LABELS = ("namespace", "quota_name", "zone")
+QUOTA_USED_LABELS = ("namespace", "quota_name", "limit", "zone")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,12 +42,24 @@ class ShareRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class QuotaRecord:
+    """One ResourceQuota limit HAMi enforces (`limits.nvidia.com/gpumem|gpucores`) and its use,
+    in the quota's own unit (MiB, or percent of a card)."""
+
+    namespace: str
+    resource: str
+    limit: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
 class ViewSnapshot:
-    """What the collector reads: the inventory, usage per node and uuid, the shares."""
+    """What the collector reads: the inventory, usage per node and uuid, the shares, quotas."""
 
     inventory: Inventory = field(default_factory=Inventory)
     usage: Mapping[str, Mapping[str, DeviceUsage]] = field(default_factory=dict)
     shares: Sequence[ShareRecord] = ()
+    quotas: Sequence[QuotaRecord] = ()
 
 
 class HamiSchedulerCollector(Collector):
@@ -110,7 +124,23 @@ class HamiSchedulerCollector(Collector):
             ]
             vgpu_memory.add_metric(labels, share.memory_bytes)
             vgpu_cores.add_metric(labels, share.cores)
+        quota_used = GaugeMetricFamily(
+            "hami_resource_quota_used",
+            "ResourceQuota usage of a GPU resource",
+            labels=QUOTA_USED_LABELS,
+        )
+        quota_limit = GaugeMetricFamily(
+            "hami_resource_quota_limit",
+            "ResourceQuota limit of a GPU resource",
+            labels=QUOTA_LABELS,
+        )
+        for quota in view.quotas:
+            quota_used.add_metric(
+                [quota.namespace, quota.resource, str(quota.limit), ZONE], quota.used
+            )
+            quota_limit.add_metric([quota.namespace, quota.resource, ZONE], quota.limit)
         yield from (limit, core_limit, shared, cores, memory_ratio, memory, vgpu_memory, vgpu_cores)
+        yield from (quota_used, quota_limit)
 
 
 class ControllerMetrics:

@@ -201,3 +201,33 @@ async def test_metrics_show_hamis_device_series_and_the_controllers_own(tmp_path
     assert limit == 80 * 2**30 and allocated == 10 * 2**30
     assert cores == 30 and shared == 1 and vgpu_memory == 10 * 2**30
     assert allocations == 1 and decisions is not None and decisions >= 1
+
+
+async def test_metrics_show_hamis_quota_series(tmp_path: Path) -> None:
+    registry = CollectorRegistry()
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        await c.client.create(
+            f"/api/v1/namespaces/{NAMESPACE}/resourcequotas",
+            {
+                "metadata": {"name": "gpu"},
+                "spec": {
+                    "hard": {
+                        "limits.nvidia.com/gpumem": "20000",
+                        "limits.nvidia.com/gpucores": "100",
+                    }
+                },
+            },
+        )
+        await c.add_pod_with_claim("q", request(**capacity(memory="10Gi", cores="30")))
+        async with controller(c.client, registry=registry) as running:
+            await c.wait_allocated("q-claim")
+            running.publish_view()
+            sample = registry.get_sample_value
+            memory = {"namespace": NAMESPACE, "quota_name": "nvidia.com/gpumem", "zone": "vGPU"}
+            cores = {"namespace": NAMESPACE, "quota_name": "nvidia.com/gpucores", "zone": "vGPU"}
+            memory_used = sample("hami_resource_quota_used", {**memory, "limit": "20000"})
+            memory_limit = sample("hami_resource_quota_limit", memory)
+            cores_used = sample("hami_resource_quota_used", {**cores, "limit": "100"})
+    assert (memory_used, memory_limit, cores_used) == (10240, 20000, 30)
