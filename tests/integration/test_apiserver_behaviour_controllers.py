@@ -170,6 +170,24 @@ def test_stale_reservations_are_dropped_and_the_last_one_deallocates(
     assert "reservedFor" not in released["status"]
 
 
+def test_a_finished_pods_reservation_is_dropped_and_the_claim_deallocated(
+    api: ApiClient, ns: str
+) -> None:
+    done = _pod(api, ns, "done")
+    _allocated_claim(api, ns, "finished", [DELETE_PROTECTION], [done])
+    client.CoreV1Api(api).patch_namespaced_pod_status(
+        "done", ns, {"status": {"phase": "Succeeded"}}
+    )
+    released = _claim_until(
+        api,
+        ns,
+        "finished",
+        lambda _, c: DELETE_PROTECTION not in (c["metadata"].get("finalizers") or []),
+    )
+    assert "allocation" not in released["status"]
+    assert "reservedFor" not in released["status"]
+
+
 def test_without_the_finalizer_the_allocation_stays(api: ApiClient, ns: str) -> None:
     pod = _pod(api, ns, "user")
     _allocated_claim(api, ns, "kept", [], [pod])

@@ -1,8 +1,9 @@
 """The kube-controller-manager behaviour clients of a real cluster observe.
 
 - resourceclaim controller: drops `status.reservedFor` entries naming pods that
-  no longer exist; when that empties the reservations of a claim carrying the
-  delete-protection finalizer it deallocates the claim and drops the finalizer;
+  no longer exist or have finished (Succeeded, Failed); when that empties the
+  reservations of a claim carrying the delete-protection finalizer it
+  deallocates the claim and drops the finalizer;
   a deleted, unreserved claim with the finalizer is deallocated and released.
 - node-lifecycle controller: lifts the not-ready taint once a node is Ready or
   reports no conditions.
@@ -76,7 +77,7 @@ class Controllers:
         if resource is self._claims and event.type != DELETED:
             key = (meta["namespace"], meta["name"])
             self._after(delay, ("claim", key), lambda: self._sync_claim(*key))
-        elif resource is self._pods and event.type == DELETED:
+        elif resource is self._pods and (event.type == DELETED or _finished(obj)):
             self._after(delay, ("pod", meta["uid"]), lambda: self._pod_gone(meta))
         elif (
             resource is self._nodes
@@ -107,10 +108,11 @@ class Controllers:
                 self._sync_claim(claim_ns, name)
 
     def _pod_exists(self, namespace: str, ref: dict[str, Any]) -> bool:
+        """The reserving pod is there and still running (a finished pod holds nothing)."""
         if ref.get("apiGroup") or ref.get("resource") != "pods":
             return True
         pod = self.storage.get(self._pods, namespace, ref.get("name", ""))
-        return pod is not None and pod["metadata"]["uid"] == ref.get("uid")
+        return pod is not None and pod["metadata"]["uid"] == ref.get("uid") and not _finished(pod)
 
     def _sync_claim(self, namespace: str, name: str) -> None:
         claim = self.storage.get(self._claims, namespace, name)
@@ -159,3 +161,7 @@ class Controllers:
         if node is None or not has_not_ready_taint(node) or not is_ready_or_silent(node):
             return
         self.storage.commit(self._nodes, without_not_ready_taint(node), node, MODIFIED)
+
+
+def _finished(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
