@@ -7,8 +7,10 @@ env as written, the library mount as a preload (`/etc/ld.so.preload` cannot be
 mounted without a container), and the claim cache dir, which a claim mounts at
 its host path. A small CUDA probe (probe.cu, built with nvcc) then measures.
 
-Needs a GPU, nvcc and a built library: `LIBVGPU_SO=/path/to/libvgpu.so`
-(`deploy/libvgpu/build-libvgpu.sh OUT` builds one). Skipped otherwise.
+Needs a GPU, nvcc and the library: `LIBVGPU_SO=/path/to/libvgpu.so`, or
+`HAMI_CORE_SRC=/path/to/HAMi-core` to build it here with
+`deploy/libvgpu/build-libvgpu.sh` (the script the Dockerfile runs). Skipped
+otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,10 +48,14 @@ HOLD_MIB = 1024
 PROBE_TIMEOUT_S = 120
 
 
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "libvgpu" / "build-libvgpu.sh"
+
+
 def _skip_reason() -> str | None:
     library = os.environ.get("LIBVGPU_SO", "")
-    if not library or not Path(library).is_file():
-        return "LIBVGPU_SO is not set to a built libvgpu.so"
+    source = os.environ.get("HAMI_CORE_SRC", "")
+    if not (library and Path(library).is_file()) and not (source and Path(source).is_dir()):
+        return "neither LIBVGPU_SO (a built libvgpu.so) nor HAMI_CORE_SRC (its source) is set"
     if shutil.which("nvcc") is None:
         return "nvcc is not installed"
     if (
@@ -78,6 +85,18 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def libvgpu_so(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """LIBVGPU_SO, or the library built from HAMI_CORE_SRC by the deploy script."""
+    given = os.environ.get("LIBVGPU_SO", "")
+    if given and Path(given).is_file():
+        return Path(given)
+    out = tmp_path_factory.mktemp("libvgpu")
+    env = {**os.environ, "PYTHON": sys.executable}
+    subprocess.run(["bash", str(BUILD_SCRIPT), str(out)], env=env, check=True, timeout=900)
+    return out / "libvgpu.so"
+
+
+@pytest.fixture(scope="module")
 def gpu() -> Gpu:
     line = subprocess.run(
         ["nvidia-smi", "--query-gpu=uuid,index", "--format=csv,noheader"],
@@ -98,11 +117,11 @@ class AppliedShare:
 
 
 @pytest.fixture
-def share(tmp_path: Path, gpu: Gpu) -> Iterator[AppliedShare]:
+def share(tmp_path: Path, gpu: Gpu, libvgpu_so: Path) -> Iterator[AppliedShare]:
     """The CDI edits for a 4 GiB / 30 % share, applied to a host process environment."""
     host_dir = tmp_path / "vgpu"
     host_dir.mkdir()
-    shutil.copy(os.environ["LIBVGPU_SO"], host_dir / "libvgpu.so")
+    shutil.copy(libvgpu_so, host_dir / "libvgpu.so")
     (host_dir / "ld.so.preload").write_text(f"{host_dir / 'libvgpu.so'}\n")
     lock_dir = tmp_path / "vgpulock"
     lock_dir.mkdir(mode=0o1777)
