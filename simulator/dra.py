@@ -42,7 +42,6 @@ CONTROLLER_RETRY_S = 0.2
 class DraCluster:
     """What is running; `nodes` in order, for the report."""
 
-    server: APIServer
     client: KubeClient
     nodes: list[SimNode] = field(default_factory=list)
     controller: Controller | None = None
@@ -57,7 +56,7 @@ async def dra_cluster(
     async with APIServer() as server:
         kubeconfig = server.write_kubeconfig(root / "kubeconfig")
         client = await KubeClient.from_kubeconfig(kubeconfig)
-        cluster = DraCluster(server, client)
+        cluster = DraCluster(client)
         tasks: list[asyncio.Task[None]] = []
         stop = asyncio.Event()
         sync_client = sync_config.new_client_from_config(config_file=str(kubeconfig))

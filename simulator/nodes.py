@@ -109,7 +109,6 @@ async def register_node(client: KubeClient, name: str) -> None:
 @dataclass
 class SimNode:
     name: str
-    root: Path
     settings: PluginSettings
     plugin: KubeletPlugin
     kubelet: KubeletDRA
@@ -154,7 +153,7 @@ async def start_node(
     await kubelet.wait_registered(settings.driver)
     pods = KubeletPods(client, kubelet, name)
     await pods.start()
-    return SimNode(name, root, settings, plugin, kubelet, pods)
+    return SimNode(name, settings, plugin, kubelet, pods)
 
 
 async def stop_nodes(nodes: Sequence[SimNode]) -> None:

@@ -81,7 +81,6 @@ class KubeletPods:
             client, "/api/v1/pods", handlers=[self._on_pod], field_selector=f"spec.nodeName={node}"
         )
         self.prepared: dict[str, PreparedPod] = {}
-        self.changed = asyncio.Event()
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -109,7 +108,6 @@ class KubeletPods:
                     await self._start_pod(key, pod)
             except DriverError as error:
                 log.warning("pod worker failed", extra={"pod": key, "error": str(error)})
-            self.changed.set()
 
     async def _claims(self, pod: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
         """The pod's claims by entry name, or None while one is missing."""
