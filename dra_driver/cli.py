@@ -125,6 +125,7 @@ def _simulate(args: argparse.Namespace) -> int:
         shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
         scenario=tuple(args.scenario or ()),
         settle_timeout_s=args.timeout,
+        work_dir=args.work_dir,
     )
     return run_simulation(settings, args.output)
 
@@ -408,6 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--gpus-per-node", type=int, default=4)
     simulate.add_argument(
         "--timeout", type=float, default=30.0, help="seconds to wait for pods to settle"
+    )
+    simulate.add_argument(
+        "--work-dir",
+        type=Path,
+        help="keep the nodes' files (CDI specs, sockets, cache dirs) here; keep the path short",
     )
     simulate.add_argument("-o", "--output", choices=("text", "json"), default="text")
     simulate.set_defaults(handler=_simulate)

@@ -11,8 +11,6 @@ calls /filter and /bind, and the kubelet stand-in admits the bound pod.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
@@ -34,7 +32,7 @@ from kubeletplugin.gpus import MockBackend
 from kubeletplugin.slices import SliceSettings
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
 from simulator.report import ContainerReport, PodReport, SimulationReport
-from simulator.settings import SimulationSettings
+from simulator.settings import SimulationSettings, work_root
 from simulator.workloads import Workload, apply_workloads
 
 RESOURCE = "nvidia.com/gpu"
@@ -130,9 +128,8 @@ async def simulate_legacy(
 ) -> SimulationReport:
     started = time.monotonic()
     task = progress.add_task("starting", total=None)
-    root = Path(tempfile.mkdtemp(prefix="vgpu-sim-", dir="/tmp"))
     kubelets: dict[str, KubeletDevicePlugin] = {}
-    try:
+    with work_root(settings) as root:
         async with APIServer() as server, AsyncExitStack() as stack:
             client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
             stack.push_async_callback(client.aclose)
@@ -167,11 +164,10 @@ async def simulate_legacy(
                     await _place_pod(client, workload, namespace, webhook, scheduler, kubelets)
                 )
             status = await fetch_status(client, StatusSettings())
-        return SimulationReport(
-            settings.mode.value,
-            status,
-            sorted(pods, key=lambda p: (p.namespace, p.name)),
-            time.monotonic() - started,
-        )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return SimulationReport(
+        settings.mode.value,
+        status,
+        sorted(pods, key=lambda p: (p.namespace, p.name)),
+        time.monotonic() - started,
+        kept=settings.work_dir is not None,
+    )

@@ -50,6 +50,8 @@ class SimulationReport:
     status: ClusterStatus
     pods: list[PodReport]
     elapsed_s: float
+    kept: bool = False
+    """Whether the nodes' files (CDI specs, cache dirs) outlive the run (`--work-dir`)."""
 
     @property
     def running(self) -> list[PodReport]:
@@ -147,3 +149,5 @@ def render_report(report: SimulationReport, console: Console) -> None:
         f"{len(report.running)} pod(s) running, {len(report.refused)} not started, "
         f"in {report.elapsed_s:.1f} s ({report.mode} mode)"
     )
+    if not report.kept:
+        console.print("The nodes' files went with the run; --work-dir DIR keeps them.")

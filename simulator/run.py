@@ -7,12 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -31,7 +28,7 @@ from simulator.report import (
     render_report,
     spec_files,
 )
-from simulator.settings import Mode, SimulationSettings
+from simulator.settings import Mode, SimulationSettings, work_root
 from simulator.workloads import Workload, apply_workloads, load_workloads
 
 SETTLE_POLL_S = 0.1
@@ -124,8 +121,7 @@ async def simulate(
     def step(text: str) -> None:
         progress.update(task, description=text)
 
-    root = Path(tempfile.mkdtemp(prefix="vgpu-sim-", dir="/tmp"))
-    try:
+    with work_root(settings) as root:
         async with dra_cluster(settings, root, step) as cluster:
             step(f"applying {len(workloads)} objects")
             await apply_workloads(cluster.client, workloads, settings.namespace)
@@ -141,14 +137,13 @@ async def simulate(
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
             pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
             status = await fetch_status(cluster.client, StatusSettings())
-        return SimulationReport(
-            settings.mode.value,
-            status,
-            sorted(pods, key=lambda p: (p.namespace, p.name)),
-            time.monotonic() - started,
-        )
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return SimulationReport(
+        settings.mode.value,
+        status,
+        sorted(pods, key=lambda p: (p.namespace, p.name)),
+        time.monotonic() - started,
+        kept=settings.work_dir is not None,
+    )
 
 
 def run_simulation(settings: SimulationSettings, output: str) -> int:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -33,6 +37,20 @@ class ClusterShape:
         return f"sim-node-{index}"
 
 
+@contextlib.contextmanager
+def work_root(settings: SimulationSettings) -> Iterator[Path]:
+    """The simulation's host directory: `settings.work_dir` (kept), or a temporary one."""
+    if settings.work_dir is not None:
+        settings.work_dir.mkdir(parents=True, exist_ok=True)
+        yield Path(tempfile.mkdtemp(prefix="run-", dir=settings.work_dir))
+        return
+    root = Path(tempfile.mkdtemp(prefix="vgpu-sim-", dir="/tmp"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def default_scenario(mode: Mode) -> tuple[Path, ...]:
     """The bundled examples of the mode's kind of workload."""
     folder = EXAMPLES / ("legacy" if mode is Mode.LEGACY else "dra")
@@ -51,6 +69,10 @@ class SimulationSettings:
     """How long to wait for every pod to run or to be refused with a reason."""
     gpu_policy: str = "spread"
     node_policy: str = "binpack"
+    work_dir: Path | None = None
+    """Where the nodes' sockets, CDI specs and cache dirs go, kept afterwards; None = a
+    temporary directory removed at the end. Keep it short: unix socket paths are limited
+    to 107 bytes."""
 
     def workload_files(self) -> tuple[Path, ...]:
         return self.scenario or default_scenario(self.mode)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 from dra_driver.cli import main
@@ -88,13 +90,28 @@ def test_every_example_but_one_is_allocated_and_prepared(capsys):
         assert len(gpu["shares"]) <= gpu["sharesTotal"]
 
 
-def test_scheduler_allocated_mode_runs_capacity_requests(capsys, tmp_path: Path):
+def test_scheduler_allocated_mode_runs_capacity_requests_and_keeps_its_files(capsys):
     scenario = EXAMPLES / "dra" / "inference-10gi-30pct.yaml"
-    report = simulate(capsys, "--mode", "dra-scheduler-allocated", "--scenario", str(scenario))
-    assert report["exit"] == 0
-    (pod,) = report["pods"]
-    assert pod["phase"] == "Running", json.dumps(pod)
-    assert pod["containers"]["server"]["env"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
+    work_dir = Path(tempfile.mkdtemp(prefix="sim-", dir="/tmp"))  # sockets need short paths
+    try:
+        report = simulate(
+            capsys,
+            "--mode",
+            "dra-scheduler-allocated",
+            "--scenario",
+            str(scenario),
+            "--work-dir",
+            str(work_dir),
+        )
+        assert report["exit"] == 0
+        (pod,) = report["pods"]
+        assert pod["phase"] == "Running", json.dumps(pod)
+        assert pod["containers"]["server"]["env"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
+        (spec_file,) = pod["specFiles"]
+        assert Path(spec_file).is_relative_to(work_dir)
+        assert "CUDA_DEVICE_MEMORY_LIMIT_0=10240m" in Path(spec_file).read_text()
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def test_a_bad_scenario_names_the_document(capsys, tmp_path: Path):
