@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import ApiError, FieldError, bad_request, duplicate, forbidden, invalid, required
-from .validation import dns_label, dns_subdomain
+from .validation import dns_subdomain, entry_name
 
 Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
 Defaulter = Callable[[dict[str, Any]], None]
@@ -95,14 +95,7 @@ def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> list[FieldE
     names: set[str] = set()
     for index, container in enumerate(containers):
         path = f"spec.containers[{index}]"
-        name = container.get("name")
-        if not name:
-            errors.append(required(f"{path}.name"))
-        else:
-            errors += dns_label(f"{path}.name", name)
-            if name in names:
-                errors.append(duplicate(f"{path}.name", name))
-            names.add(name)
+        errors += entry_name(path, container.get("name"), names)
         if not container.get("image") and old is None:
             errors.append(required(f"{path}.image"))
     if old is not None:

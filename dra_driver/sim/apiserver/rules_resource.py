@@ -30,7 +30,7 @@ from .errors import (
     undecodable,
     unparsable_quantity,
 )
-from .validation import dns_label, dns_subdomain
+from .validation import dns_label, dns_subdomain, entry_name
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
@@ -170,14 +170,7 @@ def validate_resource_slice(obj: dict[str, Any], old: dict[str, Any] | None) -> 
     seen: set[str] = set()
     for index, device in enumerate(devices):
         path = f"spec.devices[{index}]"
-        name = device.get("name")
-        if not name:
-            errors.append(required(f"{path}.name"))
-        else:
-            errors += dns_label(f"{path}.name", name)
-            if name in seen:
-                errors.append(duplicate(path, name))
-            seen.add(name)
+        errors += entry_name(path, device.get("name"), seen, duplicate_at=path)
         errors += _validate_device(device, path)
     if old is not None and spec.get("driver") != old["spec"].get("driver"):
         errors.append(invalid("spec.driver", spec.get("driver"), "field is immutable"))
@@ -471,14 +464,7 @@ def _validate_requests(requests: list[Any], path: str) -> list[FieldError]:
     names: set[str] = set()
     for index, request in enumerate(requests):
         rpath = f"{path}[{index}]"
-        name = request.get("name")
-        if not name:
-            errors.append(required(f"{rpath}.name"))
-        else:
-            errors += dns_label(f"{rpath}.name", name)
-            if name in names:
-                errors.append(duplicate(f"{rpath}.name", name))
-            names.add(name)
+        errors += entry_name(rpath, request.get("name"), names)
         exactly, first = request.get("exactly"), request.get("firstAvailable")
         if (exactly is None) == (not first):
             errors.append(

@@ -8,7 +8,7 @@ from typing import Any
 
 from dra_driver.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
-from .errors import FieldError, forbidden, invalid, required
+from .errors import FieldError, duplicate, forbidden, invalid, required
 
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -43,6 +43,23 @@ def dns_label(path: str, value: str) -> list[FieldError]:
         errors.append(invalid(path, value, "must be no more than 63 bytes"))
     if not DNS_LABEL_RE.fullmatch(value):
         errors.append(invalid(path, value, LABEL_MESSAGE))
+    return errors
+
+
+def entry_name(
+    path: str, name: Any, seen: set[str], duplicate_at: str | None = None
+) -> list[FieldError]:
+    """The `name` of entry `path` of a list keyed by name: required, a DNS label, unique.
+
+    `seen` collects the names so far; a repeat is reported at `duplicate_at` (the real
+    server names `<entry>.name` for most lists, the entry itself for slice devices).
+    """
+    if not name:
+        return [required(f"{path}.name")]
+    errors = dns_label(f"{path}.name", name)
+    if name in seen:
+        errors.append(duplicate(duplicate_at or f"{path}.name", name))
+    seen.add(name)
     return errors
 
 
