@@ -159,6 +159,37 @@ def _env(name: str, default: str) -> str:
     return os.environ.get(name, default)
 
 
+def _add_node_gpu_args(parser: argparse.ArgumentParser) -> None:
+    """What both node components (DRA kubelet plugin, device plugin) take about the GPUs."""
+    parser.add_argument(
+        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
+    )
+    parser.add_argument(
+        "--mock-gpus",
+        type=Path,
+        default=_env("MOCK_GPUS", "") or None,
+        help="mock GPU file instead of NVML",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=_env("PLUGIN_CONFIG", "") or None,
+        help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
+    )
+    parser.add_argument("--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10")))
+    parser.add_argument(
+        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
+    )
+    parser.add_argument(
+        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
+    )
+    parser.add_argument(
+        "--vgpu-dir",
+        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
+        help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
+    )
+
+
 def _add_process_args(parser: argparse.ArgumentParser) -> None:
     """What every long-running component takes: how to reach the API, how loud to log."""
     parser.add_argument(
@@ -223,9 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
             "kubelet's DRA gRPC API on unix sockets. Every path has a flag and env var."
         ),
     )
-    plugin.add_argument(
-        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
-    )
+    _add_node_gpu_args(plugin)
     plugin.add_argument("--driver", default=_env("DRIVER_NAME", "vgpu.hami.io"))
     plugin.add_argument(
         "--registry-dir",
@@ -240,34 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plugin.add_argument("--cdi-dir", type=Path, default=Path(_env("CDI_DIR", "/var/run/cdi")))
     plugin.add_argument(
-        "--mock-gpus",
-        type=Path,
-        default=_env("MOCK_GPUS", "") or None,
-        help="mock GPU file instead of NVML",
-    )
-    plugin.add_argument(
-        "--config",
-        type=Path,
-        default=_env("PLUGIN_CONFIG", "") or None,
-        help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
-    )
-    plugin.add_argument("--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10")))
-    plugin.add_argument(
-        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
-    )
-    plugin.add_argument(
-        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
-    )
-    plugin.add_argument(
         "--controller-allocated",
         action=argparse.BooleanOptionalAction,
         default=_env("CONTROLLER_ALLOCATED", "false") == "true",
         help="taint devices so only the HAMi-policy controller allocates them",
-    )
-    plugin.add_argument(
-        "--vgpu-dir",
-        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
-        help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
     )
     plugin.add_argument(
         "--lock-dir",
@@ -308,41 +313,13 @@ def build_parser() -> argparse.ArgumentParser:
             "lock names with libvgpu's env and mounts."
         ),
     )
-    device_plugin.add_argument(
-        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
-    )
+    _add_node_gpu_args(device_plugin)
     device_plugin.add_argument("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
     device_plugin.add_argument(
         "--device-plugin-dir",
         type=Path,
         default=Path(_env("DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins")),
         help="kubelet's device-plugins directory (kubelet.sock)",
-    )
-    device_plugin.add_argument(
-        "--mock-gpus",
-        type=Path,
-        default=_env("MOCK_GPUS", "") or None,
-        help="mock GPU file instead of NVML",
-    )
-    device_plugin.add_argument(
-        "--config",
-        type=Path,
-        default=_env("PLUGIN_CONFIG", "") or None,
-        help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
-    )
-    device_plugin.add_argument(
-        "--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10"))
-    )
-    device_plugin.add_argument(
-        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
-    )
-    device_plugin.add_argument(
-        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
-    )
-    device_plugin.add_argument(
-        "--vgpu-dir",
-        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
-        help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
     )
     device_plugin.add_argument(
         "--disable-core-limit",
