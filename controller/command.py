@@ -5,25 +5,18 @@ from __future__ import annotations
 import argparse
 import os
 import socket
-from collections.abc import Callable
 from typing import Any
 
 from controller.settings import ControllerSettings
 from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
-from dra_driver.engine.policy import BINPACK, SPREAD
+from dra_driver.cli_args import add_process_args, add_scheduler_policy_args, env
 from dra_driver.kube.leader import LeaderSettings
 
 DEFAULT_METRICS_PORT = 9395
 """HAMi's scheduler serves its metrics on :9395."""
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
-def add_controller_parser(
-    commands: Any, add_process_args: Callable[[argparse.ArgumentParser], None]
-) -> None:
+def add_controller_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "controller",
         help="the DRA claim allocator: HAMi policies for resource.k8s.io/v1 claims",
@@ -33,39 +26,38 @@ def add_controller_parser(
             "refuses to start when the API lacks resource.k8s.io/v1."
         ),
     )
-    parser.add_argument("--driver", default=_env("DRIVER_NAME", DRIVER_NAME))
-    parser.add_argument("--gpu-scheduler-policy", default=_env("GPU_SCHEDULER_POLICY", SPREAD))
-    parser.add_argument("--node-scheduler-policy", default=_env("NODE_SCHEDULER_POLICY", BINPACK))
+    parser.add_argument("--driver", default=env("DRIVER_NAME", DRIVER_NAME))
+    add_scheduler_policy_args(parser)
     parser.add_argument(
         "--standalone-claims",
         action=argparse.BooleanOptionalAction,
-        default=_env("STANDALONE_CLAIMS", "false") == "true",
+        default=env("STANDALONE_CLAIMS", "false") == "true",
         help="also allocate claims no pod refers to",
     )
     parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
-        default=_env("LEADER_ELECT", "true") == "true",
+        default=env("LEADER_ELECT", "true") == "true",
     )
-    parser.add_argument("--lease-namespace", default=_env("POD_NAMESPACE", "default"))
-    parser.add_argument("--lease-name", default=_env("LEASE_NAME", "vgpu-hami-io-controller"))
+    parser.add_argument("--lease-namespace", default=env("POD_NAMESPACE", "default"))
+    parser.add_argument("--lease-name", default=env("LEASE_NAME", "vgpu-hami-io-controller"))
     parser.add_argument(
         "--identity",
-        default=_env("POD_NAME", f"{socket.gethostname()}-{os.getpid()}"),
+        default=env("POD_NAME", f"{socket.gethostname()}-{os.getpid()}"),
         help="this replica's name in the Lease (default: pod name, else host-pid)",
     )
     parser.add_argument(
-        "--lease-duration", type=float, default=float(_env("LEASE_DURATION_S", "15"))
+        "--lease-duration", type=float, default=float(env("LEASE_DURATION_S", "15"))
     )
     parser.add_argument(
-        "--renew-deadline", type=float, default=float(_env("RENEW_DEADLINE_S", "10"))
+        "--renew-deadline", type=float, default=float(env("RENEW_DEADLINE_S", "10"))
     )
-    parser.add_argument("--retry-period", type=float, default=float(_env("RETRY_PERIOD_S", "2")))
-    parser.add_argument("--metrics-host", default=_env("METRICS_HOST", "0.0.0.0"))
+    parser.add_argument("--retry-period", type=float, default=float(env("RETRY_PERIOD_S", "2")))
+    parser.add_argument("--metrics-host", default=env("METRICS_HOST", "0.0.0.0"))
     parser.add_argument(
         "--metrics-port",
         type=int,
-        default=int(_env("METRICS_PORT", str(DEFAULT_METRICS_PORT))),
+        default=int(env("METRICS_PORT", str(DEFAULT_METRICS_PORT))),
         help="Prometheus /metrics port; 0 disables it",
     )
     add_process_args(parser)

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dra_driver.cli_args import add_process_args, env
 from dra_driver.errors import DriverError
 
 EXIT_PLACED = 0
@@ -155,50 +156,35 @@ def _legacy_scheduler(args: argparse.Namespace) -> int:
     return run_legacy(args)
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
 def _add_node_gpu_args(parser: argparse.ArgumentParser) -> None:
     """What both node components (DRA kubelet plugin, device plugin) take about the GPUs."""
     parser.add_argument(
-        "--node-name", default=_env("NODE_NAME", ""), required=not _env("NODE_NAME", "")
+        "--node-name", default=env("NODE_NAME", ""), required=not env("NODE_NAME", "")
     )
     parser.add_argument(
         "--mock-gpus",
         type=Path,
-        default=_env("MOCK_GPUS", "") or None,
+        default=env("MOCK_GPUS", "") or None,
         help="mock GPU file instead of NVML",
     )
     parser.add_argument(
         "--config",
         type=Path,
-        default=_env("PLUGIN_CONFIG", "") or None,
+        default=env("PLUGIN_CONFIG", "") or None,
         help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
     )
-    parser.add_argument("--split-count", type=int, default=int(_env("DEVICE_SPLIT_COUNT", "10")))
+    parser.add_argument("--split-count", type=int, default=int(env("DEVICE_SPLIT_COUNT", "10")))
     parser.add_argument(
-        "--memory-scaling", type=float, default=float(_env("DEVICE_MEMORY_SCALING", "1"))
+        "--memory-scaling", type=float, default=float(env("DEVICE_MEMORY_SCALING", "1"))
     )
     parser.add_argument(
-        "--core-scaling", type=float, default=float(_env("DEVICE_CORE_SCALING", "1"))
+        "--core-scaling", type=float, default=float(env("DEVICE_CORE_SCALING", "1"))
     )
     parser.add_argument(
         "--vgpu-dir",
-        default=_env("VGPU_HOST_DIR", "/usr/local/vgpu"),
+        default=env("VGPU_HOST_DIR", "/usr/local/vgpu"),
         help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
     )
-
-
-def _add_process_args(parser: argparse.ArgumentParser) -> None:
-    """What every long-running component takes: how to reach the API, how loud to log."""
-    parser.add_argument(
-        "--kubeconfig",
-        type=Path,
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: in-cluster service account)",
-    )
-    parser.add_argument("--log-level", default=_env("LOG_LEVEL", "INFO"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -229,21 +215,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve libvgpu usage and host GPU metrics (hami_*) for Prometheus",
         description="Export hami_* metrics from libvgpu shared-region files and NVML.",
     )
-    monitor.add_argument("--host", default=_env("MONITOR_HOST", "0.0.0.0"))
-    monitor.add_argument("--port", type=int, default=int(_env("MONITOR_PORT", "9394")))
+    monitor.add_argument("--host", default=env("MONITOR_HOST", "0.0.0.0"))
+    monitor.add_argument("--port", type=int, default=int(env("MONITOR_PORT", "9394")))
     monitor.add_argument(
         "--cache-root",
-        default=_env("VGPU_CACHE_ROOT", "/usr/local/vgpu"),
+        default=env("VGPU_CACHE_ROOT", "/usr/local/vgpu"),
         help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
     )
-    monitor.add_argument("--node-name", default=_env("NODE_NAME", ""))
+    monitor.add_argument("--node-name", default=env("NODE_NAME", ""))
     monitor.add_argument(
         "--legacy-metrics",
         action="store_true",
-        default=_env("MONITOR_LEGACY_METRICS", "false").lower() == "true",
+        default=env("MONITOR_LEGACY_METRICS", "false").lower() == "true",
         help="also export HAMi's pre-v2.9 metric names (HostGPUMemoryUsage, ...)",
     )
-    _add_process_args(monitor)
+    add_process_args(monitor)
     monitor.set_defaults(handler=_monitor)
 
     plugin = commands.add_parser(
@@ -255,45 +241,45 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_node_gpu_args(plugin)
-    plugin.add_argument("--driver", default=_env("DRIVER_NAME", "vgpu.hami.io"))
+    plugin.add_argument("--driver", default=env("DRIVER_NAME", "vgpu.hami.io"))
     plugin.add_argument(
         "--registry-dir",
         type=Path,
-        default=Path(_env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")),
+        default=Path(env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")),
     )
     plugin.add_argument(
         "--plugin-dir",
         type=Path,
-        default=_env("KUBELET_PLUGIN_DIR", "") or None,
+        default=env("KUBELET_PLUGIN_DIR", "") or None,
         help="dra.sock and checkpoint (default /var/lib/kubelet/plugins/<driver>)",
     )
-    plugin.add_argument("--cdi-dir", type=Path, default=Path(_env("CDI_DIR", "/var/run/cdi")))
+    plugin.add_argument("--cdi-dir", type=Path, default=Path(env("CDI_DIR", "/var/run/cdi")))
     plugin.add_argument(
         "--controller-allocated",
         action=argparse.BooleanOptionalAction,
-        default=_env("CONTROLLER_ALLOCATED", "false") == "true",
+        default=env("CONTROLLER_ALLOCATED", "false") == "true",
         help="taint devices so only the HAMi-policy controller allocates them",
     )
     plugin.add_argument(
         "--lock-dir",
-        default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
+        default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
         help="host lock dir mounted into containers (made by install-libvgpu)",
     )
     plugin.add_argument(
         "--library-log-level",
-        default=_env("LIBRARY_LOG_LEVEL", "WARNING"),
+        default=env("LIBRARY_LOG_LEVEL", "WARNING"),
         help="level of the grpc and watchfiles loggers, kept out of --log-level DEBUG",
     )
     plugin.add_argument(
         "--nvidia-cdi-prefix",
-        default=_env("NVIDIA_CDI_PREFIX", "") or None,
+        default=env("NVIDIA_CDI_PREFIX", "") or None,
         help="e.g. nvidia.com/gpu: return the NVIDIA CDI device, omit device nodes",
     )
-    plugin.add_argument("--metrics-host", default=_env("METRICS_HOST", "0.0.0.0"))
+    plugin.add_argument("--metrics-host", default=env("METRICS_HOST", "0.0.0.0"))
     plugin.add_argument(
         "--metrics-port",
         type=int,
-        default=int(_env("METRICS_PORT", "9396")),
+        default=int(env("METRICS_PORT", "9396")),
         help="Prometheus /metrics port; 0 disables it",
     )
     plugin.add_argument(
@@ -301,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="uninstall: delete this node's ResourceSlices of the driver and exit",
     )
-    _add_process_args(plugin)
+    add_process_args(plugin)
     plugin.set_defaults(handler=_kubelet_plugin)
 
     device_plugin = commands.add_parser(
@@ -314,26 +300,26 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_node_gpu_args(device_plugin)
-    device_plugin.add_argument("--resource-name", default=_env("RESOURCE_NAME", "nvidia.com/gpu"))
+    device_plugin.add_argument("--resource-name", default=env("RESOURCE_NAME", "nvidia.com/gpu"))
     device_plugin.add_argument(
         "--device-plugin-dir",
         type=Path,
-        default=Path(_env("DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins")),
+        default=Path(env("DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins")),
         help="kubelet's device-plugins directory (kubelet.sock)",
     )
     device_plugin.add_argument(
         "--disable-core-limit",
         action=argparse.BooleanOptionalAction,
-        default=_env("DISABLE_CORE_LIMIT", "false") == "true",
+        default=env("DISABLE_CORE_LIMIT", "false") == "true",
         help="GPU_CORE_UTILIZATION_POLICY=disable for every container (HAMi's flag)",
     )
     device_plugin.add_argument(
         "--register-interval",
         type=float,
-        default=float(_env("REGISTER_INTERVAL", "30")),
+        default=float(env("REGISTER_INTERVAL", "30")),
         help="seconds between checks of the node register annotation",
     )
-    _add_process_args(device_plugin)
+    add_process_args(device_plugin)
     device_plugin.set_defaults(handler=_device_plugin)
 
     install = commands.add_parser(
@@ -345,15 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     install.add_argument(
-        "--source", default=_env("LIBVGPU_SOURCE", "/usr/local/lib/hami/libvgpu.so")
+        "--source", default=env("LIBVGPU_SOURCE", "/usr/local/lib/hami/libvgpu.so")
     )
-    install.add_argument("--host-dir", default=_env("LIBVGPU_HOST_DIR", "/usr/local/vgpu"))
+    install.add_argument("--host-dir", default=env("LIBVGPU_HOST_DIR", "/usr/local/vgpu"))
     install.add_argument(
         "--container-library-path",
-        default=_env("LIBVGPU_CONTAINER_PATH", "/usr/local/vgpu/libvgpu.so"),
+        default=env("LIBVGPU_CONTAINER_PATH", "/usr/local/vgpu/libvgpu.so"),
         help="the library path written into ld.so.preload (as containers see it)",
     )
-    install.add_argument("--lock-dir", default=_env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
+    install.add_argument("--lock-dir", default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
     install.set_defaults(handler=_install_libvgpu)
 
     simulate = commands.add_parser(
@@ -407,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     status.add_argument("--node", help="only this node's GPUs")
     status.add_argument("--namespace", "-n", help="only shares and claims in this namespace")
-    status.add_argument("--driver", default=_env("DRIVER_NAME", "vgpu.hami.io"))
+    status.add_argument("--driver", default=env("DRIVER_NAME", "vgpu.hami.io"))
     status.add_argument(
         "--kubeconfig",
         type=Path,
@@ -433,7 +419,7 @@ def build_parser() -> argparse.ArgumentParser:
             "caBundle of the named MutatingWebhookConfigurations. Safe to rerun."
         ),
     )
-    certs.add_argument("--namespace", default=_env("POD_NAMESPACE", "vgpu-system"))
+    certs.add_argument("--namespace", default=env("POD_NAMESPACE", "vgpu-system"))
     certs.add_argument("--service", default="vgpu-legacy-scheduler")
     certs.add_argument("--secret", default="vgpu-legacy-scheduler-tls")
     certs.add_argument(
@@ -442,7 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="MutatingWebhookConfiguration to patch (repeatable)",
     )
     certs.add_argument("--validity-days", type=int, default=3650)
-    certs.add_argument("--cluster-domain", default=_env("CLUSTER_DOMAIN", "cluster.local"))
+    certs.add_argument("--cluster-domain", default=env("CLUSTER_DOMAIN", "cluster.local"))
     certs.add_argument(
         "--kubeconfig",
         type=Path,
@@ -452,10 +438,10 @@ def build_parser() -> argparse.ArgumentParser:
     certs.set_defaults(handler=_certs)
     from controller.legacy.command import add_legacy_parsers
 
-    add_legacy_parsers(commands, _add_process_args, _legacy_scheduler)
+    add_legacy_parsers(commands, _legacy_scheduler)
     from controller.command import add_controller_parser
 
-    add_controller_parser(commands, _add_process_args)
+    add_controller_parser(commands)
     return parser
 
 

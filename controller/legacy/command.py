@@ -9,11 +9,12 @@ environment variable. Heavy imports wait until a command runs.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from dra_driver.cli_args import add_process_args, add_scheduler_policy_args, env
 
 ROLES = {
     "extender": (True, False, "the kube-scheduler extender (/filter, /bind)"),
@@ -22,15 +23,7 @@ ROLES = {
 }
 
 
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, default)
-
-
-def add_legacy_parsers(
-    commands: Any,
-    add_process_args: Callable[[argparse.ArgumentParser], None],
-    handler: Callable[[argparse.Namespace], int],
-) -> None:
+def add_legacy_parsers(commands: Any, handler: Callable[[argparse.Namespace], int]) -> None:
     """Register the three legacy-mode commands on the CLI's subparsers."""
     for name, (extender, webhook, summary) in ROLES.items():
         parser = commands.add_parser(
@@ -41,38 +34,33 @@ def add_legacy_parsers(
                 "HTTP(S) with /healthz and /readyz; reads HAMi's device-config.yaml."
             ),
         )
-        parser.add_argument("--host", default=_env("LEGACY_HOST", "0.0.0.0"))
-        parser.add_argument("--port", type=int, default=int(_env("LEGACY_PORT", "8080")))
-        parser.add_argument("--tls-cert", type=Path, default=_env("TLS_CERT", "") or None)
-        parser.add_argument("--tls-key", type=Path, default=_env("TLS_KEY", "") or None)
+        parser.add_argument("--host", default=env("LEGACY_HOST", "0.0.0.0"))
+        parser.add_argument("--port", type=int, default=int(env("LEGACY_PORT", "8080")))
+        parser.add_argument("--tls-cert", type=Path, default=env("TLS_CERT", "") or None)
+        parser.add_argument("--tls-key", type=Path, default=env("TLS_KEY", "") or None)
         parser.add_argument(
             "--device-config-file",
             type=Path,
-            default=_env("DEVICE_CONFIG_FILE", "") or None,
+            default=env("DEVICE_CONFIG_FILE", "") or None,
             help="HAMi device-config.yaml (nvidia: resource names and defaults)",
         )
-        parser.add_argument("--scheduler-name", default=_env("SCHEDULER_NAME", "hami-scheduler"))
-        parser.add_argument(
-            "--node-scheduler-policy", default=_env("NODE_SCHEDULER_POLICY", "binpack")
-        )
-        parser.add_argument(
-            "--gpu-scheduler-policy", default=_env("GPU_SCHEDULER_POLICY", "spread")
-        )
+        parser.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", "hami-scheduler"))
+        add_scheduler_policy_args(parser)
         parser.add_argument(
             "--node-lock-timeout",
             type=float,
-            default=float(_env("HAMI_NODELOCK_EXPIRE_SECONDS", "300")),
+            default=float(env("HAMI_NODELOCK_EXPIRE_SECONDS", "300")),
             help="seconds after which a node lock is taken over",
         )
         parser.add_argument(
             "--node-label-selector",
-            default=_env("NODE_LABEL_SELECTOR", "") or None,
+            default=env("NODE_LABEL_SELECTOR", "") or None,
             help="only nodes with these labels are scheduled onto (e.g. gpu=on)",
         )
         parser.add_argument(
             "--force-overwrite-default-scheduler",
             action=argparse.BooleanOptionalAction,
-            default=_env("FORCE_OVERWRITE_DEFAULT_SCHEDULER", "true") == "true",
+            default=env("FORCE_OVERWRITE_DEFAULT_SCHEDULER", "true") == "true",
         )
         add_process_args(parser)
         parser.set_defaults(handler=handler, extender=extender, webhook=webhook)
