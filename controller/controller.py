@@ -38,7 +38,7 @@ from controller.claim_writes import (
     allocation_of,
     reservations_of,
 )
-from controller.decide import NoFit, PodAllocation, claim_pod_keys, decide_pod
+from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.inventory import (
     Inventory,
     PublishedDevice,
@@ -64,6 +64,7 @@ from dra_driver.node_predicates import (
     pod_resource_requests,
     requests_total,
 )
+from dra_driver.pod_claims import pod_claim_names
 from dra_driver.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -385,7 +386,7 @@ class Controller:
                 if not pods:
                     del self._claim_pods[claim_key]
         namespace = pod["metadata"].get("namespace")
-        claims = {f"{namespace}/{name}" for _, name in claim_pod_keys(pod) if name}
+        claims = {f"{namespace}/{name}" for name in pod_claim_names(pod).values() if name}
         finished = gone or _is_terminal(pod)
         if not gone:
             self._pod_claims[key] = claims
@@ -673,7 +674,7 @@ class Controller:
         if pod is None or not _is_pending(pod) or key in self._in_flight:
             return
         namespace = pod["metadata"]["namespace"]
-        names = [name for _, name in claim_pod_keys(pod)]
+        names = list(pod_claim_names(pod).values())
         if any(name is None for name in names):
             return
         claims = [self.claim_view.get(f"{namespace}/{name}") for name in names]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from controller.allocation import PlannedResult, plan_results
 from controller.inventory import Inventory
@@ -105,15 +104,3 @@ def decide_pod(
         if first_failures is None:
             first_failures = failures
     return NoFit({**refused, **(first_failures or {})})
-
-
-def claim_pod_keys(pod: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-    """(pod claim entry name, ResourceClaim name or None while a template's claim is not made)."""
-    generated = {
-        status.get("name"): status.get("resourceClaimName")
-        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    return [
-        (entry.get("name"), entry.get("resourceClaimName") or generated.get(entry.get("name")))
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or []
-    ]

@@ -32,6 +32,7 @@ from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.names import is_dns_label, is_dns_subdomain
+from dra_driver.pod_claims import container_claims, reserving_pods
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -41,7 +42,6 @@ from kubeletplugin.checkpoint import (
 )
 from kubeletplugin.host_files import check_libvgpu_files, host_device_nodes
 from kubeletplugin.metrics import PluginMetrics
-from kubeletplugin.pod_claims import container_claims, reserving_pods
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
     DeviceCapacity,

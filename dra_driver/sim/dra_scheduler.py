@@ -48,6 +48,7 @@ from dra_driver.node_predicates import (
     round_up_request,
     untolerated_taint,
 )
+from dra_driver.pod_claims import pod_claim_names
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
 
@@ -89,18 +90,6 @@ class SchedulingOutcome:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def claim_names(pod: dict[str, Any]) -> dict[str, str | None]:
-    """Pod claim entry -> ResourceClaim name (None while a template's claim is not made)."""
-    generated = {
-        s["name"]: s.get("resourceClaimName")
-        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    names: dict[str, str | None] = {}
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-        names[entry["name"]] = entry.get("resourceClaimName") or generated.get(entry["name"])
-    return names
 
 
 def pod_untolerated_taint(node: dict[str, Any], pod: dict[str, Any]) -> Mapping[str, Any] | None:
@@ -594,7 +583,7 @@ class DRAScheduler:
         if spec.get("nodeName") or spec.get("schedulerName") != self.scheduler_name:
             return SchedulingOutcome(spec.get("nodeName"))
         claims = []
-        for claim_name in claim_names(pod).values():
+        for claim_name in pod_claim_names(pod).values():
             if claim_name is None:
                 return await self._reject(pod, "SchedulerError", "waiting for resource claim")
             claims.append(

@@ -21,6 +21,7 @@ from typing import Any
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
+from dra_driver.pod_claims import container_claims, pod_claim_names
 from dra_driver.runtime import cancel_and_wait
 from dra_driver.sim.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
 
@@ -45,29 +46,6 @@ class PreparedPod:
     prepared: dict[str, list[ClaimRef]] = field(default_factory=dict)
     """Driver -> the claims it prepared (what NodeUnprepareResources gets later)."""
     error: str = ""
-
-
-def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
-    """Claim entry -> ResourceClaim name (None while a template's claim is not made)."""
-    made = {
-        status["name"]: status.get("resourceClaimName")
-        for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-    }
-    return {
-        entry["name"]: entry.get("resourceClaimName") or made.get(entry["name"])
-        for entry in (pod.get("spec") or {}).get("resourceClaims") or []
-    }
-
-
-def container_claims(pod: Mapping[str, Any]) -> dict[str, list[str]]:
-    """Container name (init containers too) -> the claim entries it uses."""
-    spec = pod.get("spec") or {}
-    return {
-        container["name"]: [
-            ref["name"] for ref in (container.get("resources") or {}).get("claims") or []
-        ]
-        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    }
 
 
 class KubeletPods:
@@ -148,9 +126,11 @@ class KubeletPods:
                     return
                 record.cdi_ids[ref.name] = [i for d in result.devices for i in d.cdi_device_ids]
                 record.prepared.setdefault(driver, []).append(ref)
-        for container, entries in container_claims(pod).items():
-            names = [record.claims[entry] for entry in entries if entry in record.claims]
-            record.containers[container] = [i for name in names for i in record.cdi_ids[name]]
+        used = container_claims(pod)
+        spec = pod.get("spec") or {}
+        for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+            names = sorted(used.get(container["name"], ()))
+            record.containers[container["name"]] = [i for n in names for i in record.cdi_ids[n]]
         self.prepared[key] = record
         await self.client.patch(
             f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",

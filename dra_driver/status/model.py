@@ -21,6 +21,7 @@ from api.hami_annotations import (
     decode_pod_devices,
 )
 from api.quantity import MIB, QuantityError, to_bytes_ceil
+from dra_driver.pod_claims import pod_claim_names, reserving_pods
 
 DRA = "dra"
 LEGACY = "legacy"
@@ -156,14 +157,6 @@ def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[st
     return gpus
 
 
-def _reserving_pods(claim: Mapping[str, Any]) -> list[str]:
-    return [
-        ref.get("name", "")
-        for ref in (claim.get("status") or {}).get("reservedFor") or []
-        if ref.get("resource") == "pods"
-    ]
-
-
 def _add_claim_shares(
     gpus: Mapping[tuple[str, str], GpuView], claims: Iterable[Mapping[str, Any]], driver: str
 ) -> None:
@@ -179,7 +172,7 @@ def _add_claim_shares(
                     mode=DRA,
                     namespace=_meta(claim).get("namespace", ""),
                     holder=_meta(claim).get("name", ""),
-                    pods=_reserving_pods(claim),
+                    pods=[pod.name for pod in reserving_pods(claim)],
                     memory_bytes=_quantity_bytes(consumed.get("memory", "0")),
                     cores=_quantity_bytes(consumed.get("cores", "0")),
                 )
@@ -244,21 +237,11 @@ def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any
 def claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Pods that reference the claim, by name or through a template-generated status entry."""
     name, namespace = _meta(claim).get("name"), _meta(claim).get("namespace")
-    found = []
-    for pod in pods:
-        if _meta(pod).get("namespace") != namespace:
-            continue
-        spec_names = {
-            ref.get("resourceClaimName")
-            for ref in (pod.get("spec") or {}).get("resourceClaims") or []
-        }
-        status_names = {
-            ref.get("resourceClaimName")
-            for ref in (pod.get("status") or {}).get("resourceClaimStatuses") or []
-        }
-        if name in spec_names | status_names:
-            found.append(_meta(pod).get("name", ""))
-    return found
+    return [
+        _meta(pod).get("name", "")
+        for pod in pods
+        if _meta(pod).get("namespace") == namespace and name in pod_claim_names(pod).values()
+    ]
 
 
 def newest_warning(

@@ -1,10 +1,12 @@
-"""Which ResourceClaims each container of a pod uses, read from the pod manifest.
+"""Pods and their ResourceClaims, read from the manifests: which claim each pod entry
+names, which claims each container uses, which pods reserved a claim.
 
 The kubelet plugin is told only about a claim; the pod that reserved it says
 which containers use it and with which other claims. libvgpu numbers a
 container's limits by device ordinal from 0 (`CUDA_DEVICE_MEMORY_LIMIT_<i>`),
 and each claim's CDI spec numbers its own devices, so two claims of this
-driver in one container would clobber each other's limits.
+driver in one container would clobber each other's limits. The controller,
+the stand-ins and the simulator resolve a pod's claims the same way.
 """
 
 from __future__ import annotations
@@ -32,23 +34,23 @@ def reserving_pods(claim: Mapping[str, Any]) -> tuple[PodReference, ...]:
     )
 
 
-def _claim_names(pod: Mapping[str, Any]) -> dict[str, str]:
-    """Pod claim entry -> ResourceClaim name; template claims not yet made are left out."""
+def pod_claim_names(pod: Mapping[str, Any]) -> dict[str, str | None]:
+    """Pod claim entry -> ResourceClaim name: `resourceClaimName`, or for a template entry
+    the claim kube-controller-manager made (`status.resourceClaimStatuses`); None while
+    that claim is not made yet."""
     generated = {
         status.get("name"): status.get("resourceClaimName")
         for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []
     }
-    names = {}
-    for entry in (pod.get("spec") or {}).get("resourceClaims") or []:
-        name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
-        if name:
-            names[entry.get("name")] = name
-    return names
+    return {
+        entry.get("name"): entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        for entry in (pod.get("spec") or {}).get("resourceClaims") or []
+    }
 
 
 def container_claims(pod: Mapping[str, Any]) -> dict[str, frozenset[str]]:
     """Container name (init containers included) -> the ResourceClaims it uses."""
-    names = _claim_names(pod)
+    names = {entry: name for entry, name in pod_claim_names(pod).items() if name}
     spec = pod.get("spec") or {}
     result = {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
