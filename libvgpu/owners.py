@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from dra_driver.pod_claims import reserving_pods
 from libvgpu.cache_paths import CacheFileKey, CacheOwnerKind
 
 WATCH_ADDED = "ADDED"
@@ -115,13 +116,8 @@ class ClaimIndex(_Index[ClaimRef]):
         if identity is None:
             return None
         namespace, name, uid = identity
-        consumers = []
-        for reference in (obj.get("status") or {}).get("reservedFor") or []:
-            if reference.get("resource") == "pods" and not reference.get("apiGroup"):
-                consumers.append(
-                    PodRef(namespace, str(reference.get("name") or ""), str(reference.get("uid")))
-                )
-        return ClaimRef(namespace, name, uid, tuple(consumers))
+        consumers = tuple(PodRef(namespace, pod.name, pod.uid) for pod in reserving_pods(obj))
+        return ClaimRef(namespace, name, uid, consumers)
 
 
 class LegacyPodResolver:
