@@ -11,8 +11,7 @@ import yaml
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
-
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+from dra_driver.resource_api import RESOURCE_API
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +25,13 @@ class Kind:
 
 KINDS: Mapping[str, Kind] = {
     "Namespace": Kind("v1", "/api/v1/namespaces", 0),
-    "DeviceClass": Kind("resource.k8s.io/v1", f"{RESOURCE_V1}/deviceclasses", 1),
+    "DeviceClass": Kind("resource.k8s.io/v1", f"{RESOURCE_API}/deviceclasses", 1),
     "ResourceQuota": Kind("v1", "/api/v1/namespaces/{namespace}/resourcequotas", 2),
     "ResourceClaimTemplate": Kind(
-        "resource.k8s.io/v1", f"{RESOURCE_V1}/namespaces/{{namespace}}/resourceclaimtemplates", 3
+        "resource.k8s.io/v1", f"{RESOURCE_API}/namespaces/{{namespace}}/resourceclaimtemplates", 3
     ),
     "ResourceClaim": Kind(
-        "resource.k8s.io/v1", f"{RESOURCE_V1}/namespaces/{{namespace}}/resourceclaims", 4
+        "resource.k8s.io/v1", f"{RESOURCE_API}/namespaces/{{namespace}}/resourceclaims", 4
     ),
     "Pod": Kind("v1", "/api/v1/namespaces/{namespace}/pods", 5),
 }

@@ -49,6 +49,7 @@ from dra_driver.node_predicates import (
     untolerated_taint,
 )
 from dra_driver.pod_claims import pod_claim_names
+from dra_driver.resource_api import DELETE_PROTECTION
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
 
@@ -57,7 +58,6 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "default-scheduler"
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
 CANNOT_ALLOCATE = "cannot allocate all claims"
-DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,12 +22,11 @@ from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
 from dra_driver.pod_claims import container_claims, pod_claim_names
+from dra_driver.resource_api import RESOURCE_API
 from dra_driver.runtime import cancel_and_wait
 from dra_driver.sim.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
 
 log = logging.getLogger(__name__)
-
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 
 
 @dataclass
@@ -95,7 +94,7 @@ class KubeletPods:
             if name is None:
                 return None
             claims[entry] = await self.client.get(
-                f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
+                f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims/{name}"
             )
         return claims
 

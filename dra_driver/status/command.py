@@ -11,15 +11,15 @@ from typing import Any
 from rich.console import Console
 
 from dra_driver.kube.rest import KubeClient
+from dra_driver.resource_api import RESOURCE_API
 from dra_driver.status.model import ClusterStatus, StatusFilter, build_status
 from dra_driver.status.render import render_data, render_text
 
-RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 PIPED_WIDTH = 160
 COLLECTIONS = {
-    "slices": f"{RESOURCE_V1}/resourceslices",
-    "claims": f"{RESOURCE_V1}/resourceclaims",
-    "device_classes": f"{RESOURCE_V1}/deviceclasses",
+    "slices": f"{RESOURCE_API}/resourceslices",
+    "claims": f"{RESOURCE_API}/resourceclaims",
+    "device_classes": f"{RESOURCE_API}/deviceclasses",
     "pods": "/api/v1/pods",
     "nodes": "/api/v1/nodes",
     "events": "/api/v1/events",

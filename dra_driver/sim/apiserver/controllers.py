@@ -21,13 +21,13 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from dra_driver.resource_api import DELETE_PROTECTION
+
 from .cluster import Cluster
 from .nodes import has_not_ready_taint, is_ready_or_silent, without_not_ready_taint
 from .registry import ResourceType
 from .settings import APIServerSettings
 from .store import DELETED, MODIFIED, WatchEvent, owner_uids
-
-DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 
 log = logging.getLogger(__name__)
 
