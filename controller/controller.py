@@ -25,7 +25,6 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -49,6 +48,7 @@ from controller.inventory import (
 from controller.metrics import ControllerMetrics, QuotaRecord, ShareRecord, ViewSnapshot
 from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
+from dra_driver.api_time import api_time
 from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.model import DeviceUsage
@@ -91,10 +91,6 @@ MAX_REMEMBERED_REFUSALS = 200_000
 STANDALONE = "claim:"
 """Work-queue prefix of a claim allocated without a pod (`allocate_standalone_claims`)."""
 DELETED_PODS_REMEMBERED = 100_000
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _allocated_node(claim: Mapping[str, Any]) -> str | None:
@@ -789,7 +785,7 @@ class Controller:
     ) -> None:
         self.engine.commit(chosen.variant.request, chosen.placement)
         self._waiting.pop(key, None)
-        now = _now()
+        now = api_time()
         writes = []
         for claim, variant, results in zip(
             claims, chosen.variant.claims, chosen.results, strict=True

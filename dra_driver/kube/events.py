@@ -17,9 +17,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.api_time import api_time
 from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
 
@@ -55,10 +55,6 @@ def involved_object(obj: Mapping[str, Any], kind: str, api_version: str) -> dict
     if metadata.get("namespace"):
         reference["namespace"] = metadata["namespace"]
     return reference
-
-
-def _timestamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class EventRecorder:
@@ -125,7 +121,7 @@ class EventRecorder:
         key = (reference.get("uid"), event_type, reason, message)
         now = self.clock()
         previous = self._seen.get(key)
-        stamp = _timestamp()
+        stamp = api_time()
         if previous is not None and now - previous[2] < self.settings.repeat_window_s:
             name, count, first_seen = previous
             try:

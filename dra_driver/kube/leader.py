@@ -21,9 +21,9 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.api_time import micro_time
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ApiError, ConflictError, KubeClient, NotFoundError, object_path
 
@@ -47,10 +47,6 @@ class LeaderSettings:
 
 class LeadershipLostError(DriverError):
     """The lease could not be renewed in time: stop working, start afresh."""
-
-
-def micro_time() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaderElector:

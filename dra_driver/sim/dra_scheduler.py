@@ -29,7 +29,6 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -37,6 +36,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from api.quantity import QuantityError, format_quantity_value, parse_quantity
+from dra_driver.api_time import api_time
 from dra_driver.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
 from dra_driver.errors import InvalidParameterError
 from dra_driver.node_predicates import (
@@ -86,10 +86,6 @@ class SchedulingOutcome:
     node: str | None
     reason: str | None = None
     message: str = ""
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod_untolerated_taint(node: dict[str, Any], pod: dict[str, Any]) -> Mapping[str, Any] | None:
@@ -635,7 +631,7 @@ class DRAScheduler:
                 [p for p in picks if p.request.claim == index],
                 context.classes,
                 node_name,
-                _now(),
+                api_time(),
             )
             for index, claim in enumerate(unallocated)
             if context is not None
@@ -727,7 +723,7 @@ class DRAScheduler:
         reserved.append(
             {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
         )
-        status["allocation"].setdefault("allocationTimestamp", _now())
+        status["allocation"].setdefault("allocationTimestamp", api_time())
         metadata = claim["metadata"]
         await asyncio.to_thread(
             self.resource.replace_namespaced_resource_claim_status,
@@ -759,7 +755,7 @@ class DRAScheduler:
             "type": "PodScheduled",
             "status": "False",
             "lastProbeTime": None,
-            "lastTransitionTime": _now(),
+            "lastTransitionTime": api_time(),
             "reason": reason,
             "message": message,
         }

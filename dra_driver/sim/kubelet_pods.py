@@ -15,9 +15,9 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
+from dra_driver.api_time import api_time
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
@@ -133,7 +133,7 @@ class KubeletPods:
         self.prepared[key] = record
         await self.client.patch(
             f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
-            {"status": {"phase": "Running", "startTime": _now()}},
+            {"status": {"phase": "Running", "startTime": api_time()}},
         )
 
     async def _stop_pod(self, key: str) -> None:
@@ -160,12 +160,8 @@ class KubeletPods:
                 "reason": PREPARE_FAILED_REASON,
                 "message": message,
                 "source": {"component": "kubelet", "host": self.node},
-                "firstTimestamp": _now(),
-                "lastTimestamp": _now(),
+                "firstTimestamp": api_time(),
+                "lastTimestamp": api_time(),
                 "count": 1,
             },
         )
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -12,8 +12,9 @@ import functools
 import random
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from dra_driver.api_time import api_time
 
 from .apply import ApplyConflictError, apply, dotted, record_update
 from .conversion import PRESENTERS
@@ -63,11 +64,6 @@ _SERVER_META = (
     "deletionGracePeriodSeconds",
     "generation",
 )
-
-
-def now_rfc3339(offset_s: float = 0) -> str:
-    moment = datetime.now(UTC) + timedelta(seconds=offset_s)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def target(resource: ResourceType, name: str) -> Target:
@@ -247,11 +243,11 @@ class Cluster:
         for key in (*_SERVER_META, "resourceVersion", "managedFields", "selfLink"):
             meta.pop(key, None)
         if managed is None and manager:
-            managed = record_update({"metadata": {}}, obj, manager, now_rfc3339())
+            managed = record_update({"metadata": {}}, obj, manager, api_time())
         if managed:
             meta["managedFields"] = managed
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = now_rfc3339()
+        meta["creationTimestamp"] = api_time()
         if resource.tracks_generation:
             meta["generation"] = 1
         if resource.on_create is not None:
@@ -345,7 +341,7 @@ class Cluster:
             if not meta.get("managedFields") and old_meta.get("managedFields"):
                 meta["managedFields"] = old_meta["managedFields"]
             if manager:
-                meta["managedFields"] = record_update(old, new, manager, now_rfc3339())
+                meta["managedFields"] = record_update(old, new, manager, api_time())
             if not meta.get("managedFields"):
                 meta.pop("managedFields", None)
             meta.pop("selfLink", None)
@@ -428,13 +424,13 @@ class Cluster:
         if stored is None:
             if subresource:
                 raise not_found(target(resource, name))
-            created = apply(None, config, manager, force, now_rfc3339())
+            created = apply(None, config, manager, force, api_time())
             created["metadata"]["name"] = name
             managed = created["metadata"].get("managedFields")
             return self.create(resource, namespace, created, managed=managed)
         old = self.present(resource, stored)
         try:
-            merged = apply(old, config, manager, force, now_rfc3339())
+            merged = apply(old, config, manager, force, api_time())
         except ApplyConflictError as error:
             causes = [
                 {
@@ -475,7 +471,7 @@ class Cluster:
                 "type": "PodScheduled",
                 "status": "True",
                 "lastProbeTime": None,
-                "lastTransitionTime": now_rfc3339(),
+                "lastTransitionTime": api_time(),
             }
         )
         status["conditions"] = conditions
@@ -558,7 +554,7 @@ class Cluster:
     ) -> dict[str, Any]:
         new = dict(old)
         meta = new["metadata"] = dict(old["metadata"])
-        meta.setdefault("deletionTimestamp", now_rfc3339(grace))
+        meta.setdefault("deletionTimestamp", api_time(grace))
         meta["deletionGracePeriodSeconds"] = grace
         if finalizers:
             meta["finalizers"] = [*(meta.get("finalizers") or []), *finalizers]
@@ -569,7 +565,7 @@ class Cluster:
         new["metadata"] = dict(old["metadata"])
         if resource.graceful_deletion:
             # Pods answer a delete with the pod itself, stamped as deleted now.
-            new["metadata"].setdefault("deletionTimestamp", now_rfc3339())
+            new["metadata"].setdefault("deletionTimestamp", api_time())
             new["metadata"]["deletionGracePeriodSeconds"] = 0
         return self._commit(resource, new, old, DELETED)
 
@@ -714,7 +710,7 @@ class Cluster:
         new = dict(old)
         new["metadata"] = {
             **old["metadata"],
-            "deletionTimestamp": now_rfc3339(),
+            "deletionTimestamp": api_time(),
             "deletionGracePeriodSeconds": 0,
         }
         new["status"] = {**(old.get("status") or {}), "phase": "Terminating"}

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from api.quantity import QuantityError, canonical_quantity, parse_quantity
+from dra_driver.api_time import api_time
 from dra_driver.dra_cel import CelCompileError, compile_selector
 from dra_driver.names import is_uuid
 
@@ -44,10 +45,6 @@ TAINT_EFFECTS = ["NoExecute", "NoSchedule", "None"]
 SLICE_NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
 TIME_LAYOUT = "2006-01-02T15:04:05Z07:00"
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _driver_name(path: str, value: Any) -> list[FieldError]:
@@ -117,7 +114,7 @@ def normalize_resource_slice(obj: dict[str, Any], old: dict[str, Any] | None) ->
         ):
             _shaped(kind, f"{path}.taints[{position}]", taint, dict)
             if not taint.get("timeAdded"):
-                taint["timeAdded"] = _earlier_time(taint, earlier) or _now()
+                taint["timeAdded"] = _earlier_time(taint, earlier) or api_time()
     for counter_set in spec.get("sharedCounters") or []:
         if isinstance(counter_set, dict):
             _counters(kind, counter_set.get("counters"))
