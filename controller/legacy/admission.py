@@ -7,10 +7,15 @@ and an exclusive 100 cores when a whole card is asked for (the engine's
 `admission_limits`), the percentage is validated, `priority` becomes
 `CUDA_TASK_PRIORITY`, a non-default core policy becomes
 `GPU_CORE_UTILIZATION_POLICY`, and with `overwriteEnv` a container without
-GPU gets `NVIDIA_VISIBLE_DEVICES=none`. A pod with GPU resources gets our
-schedulerName and the configured runtimeClassName; it is denied when a
-container is privileged, when `spec.nodeName` is preset, or when it would
-exceed the namespace quota. Every denial says what to change.
+GPU gets `NVIDIA_VISIBLE_DEVICES=none`. These container rules apply to init
+and app containers alike, and their patch is kept for a pod without any GPU
+container too, so that with `overwriteEnv` such a pod sees no GPU (HAMi's
+`MutateAdmission` mutates every container, then the whole pod is patched).
+A pod with GPU resources gets our schedulerName and the configured
+runtimeClassName; it is denied when any of its containers is privileged (a
+privileged sidecar sees every GPU of the node as much as the GPU container
+does; HAMi's `privilegedContainerName`), when `spec.nodeName` is preset, or
+when it would exceed the namespace quota. Every denial says what to change.
 """
 
 from __future__ import annotations
@@ -139,8 +144,13 @@ def _mutate_container(
     return result
 
 
-def _privileged(container: Mapping[str, Any]) -> bool:
-    return bool((container.get("securityContext") or {}).get("privileged"))
+def _privileged_container(spec: Mapping[str, Any]) -> str | None:
+    """The first privileged container, init containers first (HAMi's order), by name."""
+    for key in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(key) or []):
+            if (container.get("securityContext") or {}).get("privileged"):
+                return container.get("name") or f"spec.{key}[{index}]"
+    return None
 
 
 def review_pod(
@@ -176,14 +186,7 @@ def review_pod(
                 patch += mutated.patch
                 if not mutated.has_gpu:
                     continue
-                label = container.get("name") or where
-                if _privileged(container):
-                    return deny(
-                        f"container {label} is privileged and requests {names.count}; "
-                        "a privileged container sees every GPU, so remove "
-                        "securityContext.privileged or its GPU resources"
-                    )
-                gpu_containers.append(label)
+                gpu_containers.append(container.get("name") or where)
                 if key == "initContainers":
                     init_memory = max(init_memory, mutated.memory)
                     init_cores = max(init_cores, mutated.cores)
@@ -193,7 +196,14 @@ def review_pod(
     except InvalidParameterError as error:
         return deny(str(error), 400, "BadRequest")
     if not gpu_containers:
-        return allow(message="pod requests no GPU resources")
+        return allow(patch, message="pod requests no GPU resources")
+    privileged = _privileged_container(spec)
+    if privileged:
+        return deny(
+            f"container {privileged} is privileged in a pod that requests {names.count} "
+            f"(in {', '.join(gpu_containers)}); a privileged container sees every GPU of "
+            "the node, so remove its securityContext.privileged or the pod's GPU resources"
+        )
     if spec.get("nodeName"):
         return deny(
             f"pod sets spec.nodeName={spec['nodeName']}, which bypasses GPU scheduling; "

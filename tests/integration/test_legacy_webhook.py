@@ -19,6 +19,7 @@ from legacy_fixtures import add_namespace, base_url, create_pod, gpu_pod, legacy
 from wire_fixtures import load_fixture, needs_fixtures
 
 from api.hami_annotations import VGPU_DEVICES_ALLOCATED, VGPU_NODE
+from controller.legacy.config import LegacySettings, parse_device_config
 from dra_driver.kube.rest import KubeClient
 from dra_driver.sim.admission import AdmissionClient, WebhookConfig
 from dra_driver.sim.apiserver import APIServer
@@ -127,6 +128,33 @@ async def test_denials_reach_the_user_with_what_to_change(cluster) -> None:
         bad["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "120"
         outcome = await admit(base_url(server), bad)
         assert outcome.http_status == 400 and "gpumem-percentage" in outcome.status["message"]
+
+
+async def test_privileged_sidecar_of_a_gpu_pod_is_denied(cluster) -> None:
+    _, client = cluster
+    pod = gpu_pod("sidecar", NS)
+    pod["spec"]["containers"].append(
+        {"name": "agent", "image": "pause", "securityContext": {"privileged": True}}
+    )
+    async with legacy_scheduler(client) as server:
+        outcome = await admit(base_url(server), pod)
+    assert not outcome.allowed and outcome.http_status == 403
+    assert outcome.status["message"].startswith(
+        'admission webhook "vgpu.hami.io" denied the request: container agent is privileged'
+    )
+
+
+async def test_overwrite_env_pod_without_gpu_is_stored_seeing_none(cluster) -> None:
+    _, client = cluster
+    settings = LegacySettings(device_config=parse_device_config({"nvidia": {"overwriteEnv": True}}))
+    pod = gpu_pod("cpu-only", NS, gpu=None, scheduler=None)
+    async with legacy_scheduler(client, settings) as server:
+        outcome = await admit(base_url(server), pod)
+    assert outcome.allowed
+    stored = await create_pod(client, outcome.object)
+    container = stored["spec"]["containers"][0]
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"} in container["env"]
+    assert stored["spec"]["schedulerName"] == "default-scheduler"
 
 
 async def test_namespace_quota_counts_pods_already_placed(cluster) -> None:

@@ -120,11 +120,49 @@ def test_env_is_appended_to_existing_env() -> None:
     assert env(mutated(pod(container))) == {"A": "1", "CUDA_TASK_PRIORITY": "0"}
 
 
+def test_overwrite_env_hides_gpus_from_a_pod_without_any_gpu_container() -> None:
+    config = settings(overwriteEnv=True, runtimeClassName="nvidia")
+    result = mutated(pod(ctr("app"), ctr("side"), init=(ctr("setup"),)), config)
+    assert env(result, 0) == env(result, 1) == {"NVIDIA_VISIBLE_DEVICES": "none"}
+    init_env = result["spec"]["initContainers"][0]["env"]
+    assert init_env == [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]
+    assert "schedulerName" not in result["spec"] and "runtimeClassName" not in result["spec"]
+
+
+def test_core_policy_env_reaches_a_pod_without_gpu() -> None:
+    result = mutated(pod(ctr("app")), settings(gpuCorePolicy="disable"))
+    assert env(result) == {"GPU_CORE_UTILIZATION_POLICY": "disable"}
+
+
+def privileged(container: dict[str, Any]) -> dict[str, Any]:
+    return {**container, "securityContext": {"privileged": True}}
+
+
 def test_privileged_gpu_container_is_denied() -> None:
-    container = ctr("cuda", gpu=1)
-    container["securityContext"] = {"privileged": True}
-    decision = review_pod(pod(container), "ns", SETTINGS)
-    assert not decision.allowed and "remove securityContext.privileged" in decision.message
+    decision = review_pod(pod(privileged(ctr("cuda", gpu=1))), "ns", SETTINGS)
+    assert not decision.allowed and decision.code == 403
+    assert decision.message.startswith("container cuda is privileged")
+    assert "remove its securityContext.privileged" in decision.message
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod(ctr("cuda", gpu=1), privileged(ctr("side"))),
+        pod(ctr("cuda", gpu=1), init=(privileged(ctr("side")),)),
+        pod(ctr("cuda", gpumem=3000), privileged(ctr("side"))),
+    ],
+    ids=["app-sidecar", "init-container", "memory-only-gpu-container"],
+)
+def test_any_privileged_container_of_a_gpu_pod_is_denied(obj: dict[str, Any]) -> None:
+    decision = review_pod(obj, "ns", SETTINGS)
+    assert not decision.allowed
+    assert decision.message.startswith("container side is privileged")
+    assert "(in cuda)" in decision.message
+
+
+def test_privileged_pod_without_gpu_is_allowed() -> None:
+    assert review_pod(pod(privileged(ctr("side"))), "ns", SETTINGS).allowed
 
 
 def test_preset_node_name_is_denied() -> None:
