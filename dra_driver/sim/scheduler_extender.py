@@ -3,8 +3,10 @@
 It posts what kube-scheduler v1.36 posts and reacts as it did: ExtenderArgs with Go field
 names and all three keys (`NodeNames` when nodeCacheCapable, else a full `Nodes` list,
 the other key null), the pod as the scheduler holds it (no apiVersion/kind/managedFields,
-canonical quantities), compact JSON with Go's HTTP client headers over one kept-alive
-connection; `/bind` after a feasible filter. A non-empty `Error`, a transport failure or
+canonical quantities), compact JSON with Go's HTTP client headers; calls one after
+another share one kept-alive connection, overlapping binds open more (Go's transport does);
+`/bind` after a feasible filter, and `schedule_queue` runs many pods as kube-scheduler's
+queue does (filters one at a time, binds concurrently). A non-empty `Error`, a transport failure or
 a node the extender made up is a SchedulerError (message verbatim, backoff 1 s doubling
 to 10 s, the next try a whole new filter+bind cycle); rejecting every node is
 Unschedulable, with the scheduler's exact message, one immediate retry (caused by its
@@ -82,6 +84,11 @@ class CycleResult:
 def error_backoff(attempt: int) -> float:
     """kube-scheduler's per-pod backoff before retry `attempt` (1-based), seconds."""
     return min(INITIAL_BACKOFF * 2 ** (attempt - 1), MAX_BACKOFF)
+
+
+def _pod_key(pod: dict[str, Any]) -> str:
+    metadata = pod["metadata"]
+    return f"{metadata['namespace']}/{metadata['name']}"
 
 
 def requests_managed_resource(pod: dict[str, Any], managed: Sequence[str]) -> bool:
@@ -163,7 +170,7 @@ class SchedulerExtenderClient:
 
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=1),
+            connector=aiohttp.TCPConnector(limit=0),
             skip_auto_headers=["User-Agent", "Accept", "Accept-Encoding", "Content-Type"],
         )
 
@@ -233,21 +240,34 @@ class SchedulerExtenderClient:
         self, pod: dict[str, Any], nodes: Sequence[dict[str, Any]]
     ) -> CycleResult:
         """One cycle over the nodes that passed the scheduler's own filters."""
+        outcome = await self._scheduling_cycle(pod, nodes)
+        if isinstance(outcome, CycleResult):
+            return outcome
+        return await self._binding_cycle(pod, outcome)
+
+    async def _scheduling_cycle(
+        self, pod: dict[str, Any], nodes: Sequence[dict[str, Any]]
+    ) -> CycleResult | str:
+        """The filter half: the node to bind to, or the cycle's final result."""
         metadata = pod["metadata"]
         if not requests_managed_resource(pod, self.config.managed_resources):
             node = nodes[0]["metadata"]["name"]
             message = f"Successfully assigned {metadata['namespace']}/{metadata['name']} to {node}"
             return CycleResult(node, None, message, extender_called=False)
         try:
-            try:
-                result = await self.filter(pod, nodes)
-            except ExtenderCallError:
-                if not self.config.ignorable:
-                    raise
-                result = FilterResult([n["metadata"]["name"] for n in nodes])
-            if not result.feasible:
-                return CycleResult(None, UNSCHEDULABLE, unschedulable_message(len(nodes), result))
-            node = result.feasible[0]
+            result = await self.filter(pod, nodes)
+        except ExtenderCallError as error:
+            if not self.config.ignorable:
+                return CycleResult(None, SCHEDULER_ERROR, str(error))
+            result = FilterResult([n["metadata"]["name"] for n in nodes])
+        if not result.feasible:
+            return CycleResult(None, UNSCHEDULABLE, unschedulable_message(len(nodes), result))
+        return result.feasible[0]
+
+    async def _binding_cycle(self, pod: dict[str, Any], node: str) -> CycleResult:
+        """The bind half, which kube-scheduler runs apart from the scheduling loop."""
+        metadata = pod["metadata"]
+        try:
             await self.bind(pod, node)
         except ExtenderCallError as error:
             return CycleResult(None, SCHEDULER_ERROR, str(error))
@@ -290,6 +310,74 @@ class SchedulerExtenderClient:
                 break
             await cluster_events.get()
         return history
+
+    async def schedule_queue(
+        self,
+        pods: Sequence[dict[str, Any]],
+        nodes: Sequence[dict[str, Any]],
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        max_cycles: int = 10,
+    ) -> dict[str, list[CycleResult]]:
+        """Many pods as kube-scheduler's queue takes them; each pod's cycles, by `ns/name`.
+
+        Scheduling cycles (filter) run one at a time in queue order; each binding
+        cycle runs on its own, so binds to one node overlap as they do in
+        kube-scheduler. A failed bind puts the pod back after its backoff; a
+        rejection ends that pod's run (`schedule` models the event-driven retries).
+        """
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        histories: dict[str, list[CycleResult]] = {}
+        for pod in pods:
+            histories[_pod_key(pod)] = []
+            queue.put_nowait(pod)
+        finished = asyncio.Event()
+        pending = len(pods)
+        tasks: set[asyncio.Task[None]] = set()
+
+        def settle(pod: dict[str, Any], result: CycleResult) -> None:
+            nonlocal pending
+            history = histories[_pod_key(pod)]
+            history.append(result)
+            if result.reason == SCHEDULER_ERROR and len(history) < max_cycles:
+                errors = sum(1 for r in history if r.reason == SCHEDULER_ERROR)
+                spawn(requeue(pod, error_backoff(errors)))
+                return
+            pending -= 1
+            if pending == 0:
+                finished.set()
+
+        async def requeue(pod: dict[str, Any], delay: float) -> None:
+            await sleep(delay)
+            queue.put_nowait(pod)
+
+        async def binding(pod: dict[str, Any], node: str) -> None:
+            settle(pod, await self._binding_cycle(pod, node))
+
+        def spawn(work: Awaitable[None]) -> None:
+            task = asyncio.ensure_future(work)
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+        async def scheduling_loop() -> None:
+            while True:
+                pod = await queue.get()
+                outcome = await self._scheduling_cycle(pod, nodes)
+                if isinstance(outcome, CycleResult):
+                    settle(pod, outcome)
+                else:
+                    spawn(binding(pod, outcome))
+
+        loop_task = asyncio.create_task(scheduling_loop(), name="scheduling loop")
+        try:
+            if pending:
+                await finished.wait()
+        finally:
+            loop_task.cancel()
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(loop_task, *tasks, return_exceptions=True)
+        return histories
 
     async def _post(self, verb: str, args: dict[str, Any]) -> dict[str, Any]:
         if self._session is None:
