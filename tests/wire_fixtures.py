@@ -1,27 +1,16 @@
-"""Where the captured kubelet, kube-scheduler and admission traffic lives.
+"""The captured kubelet, kube-scheduler and admission traffic the tests replay.
 
-`../shared/reference/wire-fixtures` beside the checkout, or `$WIRE_FIXTURES`;
-tests that replay it skip, with this reason, when it is absent.
+`tests/fixtures/wire/` holds the recorded messages the tests use (see its
+README for where they came from), so a clone of the repository alone runs them.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-FIXTURES = Path(
-    os.environ.get(
-        "WIRE_FIXTURES",
-        Path(__file__).resolve().parents[2] / "shared" / "reference" / "wire-fixtures",
-    )
-)
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"wire fixtures not found at {FIXTURES} (set WIRE_FIXTURES)"
-)
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "wire"
 
 
 def load_fixture(relative: str) -> Any:

@@ -14,7 +14,7 @@ import pytest
 from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
-from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
+from wire_fixtures import FIXTURES, load_fixture
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.sim.admission import (
@@ -111,7 +111,6 @@ def review_from_capture(client: AdmissionClient, captured: dict[str, Any]) -> di
     )
 
 
-@needs_fixtures
 @pytest.mark.parametrize(
     "capture",
     [
@@ -140,7 +139,6 @@ async def test_the_request_is_byte_identical_to_kube_apiservers(
     assert len(webhook.requests) == 1
 
 
-@needs_fixtures
 @pytest.mark.parametrize("dry_run", [False, True])
 async def test_the_returned_patch_is_applied_as_stored(
     webhook: ProbeWebhook, dry_run: bool
@@ -173,7 +171,6 @@ FAILURES = [
 ]
 
 
-@needs_fixtures
 @pytest.mark.parametrize("scenario", FAILURES)
 async def test_failures_give_kube_apiservers_status(webhook: ProbeWebhook, scenario: str) -> None:
     captured_outcome = outcome(scenario)
@@ -192,7 +189,6 @@ async def test_failures_give_kube_apiservers_status(webhook: ProbeWebhook, scena
     assert len(webhook.requests) == captured_outcome["webhook_calls_per_create"] == 1
 
 
-@needs_fixtures
 async def test_a_wrong_response_uid_is_refused(webhook: ProbeWebhook) -> None:
     captured_outcome = outcome("allowed:true but response.uid differs")
     webhook.answer = captured_outcome["webhook_response_body"]
@@ -207,7 +203,6 @@ async def test_a_wrong_response_uid_is_refused(webhook: ProbeWebhook) -> None:
     assert result.status == json.loads(expected.replace(their_uid[1], captured["request"]["uid"]))
 
 
-@needs_fixtures
 async def test_a_slow_webhook_times_out(webhook: ProbeWebhook) -> None:
     captured_stderr = outcome("webhook slower than timeoutSeconds")["kubectl_create"]["stderr"]
     webhook.hang = True
@@ -231,7 +226,6 @@ def refused_url() -> str:
     return f"http://127.0.0.1:{port}/webhook"
 
 
-@needs_fixtures
 async def test_an_unreachable_webhook_fails_the_create() -> None:
     captured_stderr = outcome("webhook not listening")["kubectl_create"]["stderr"]
     url = refused_url()
@@ -248,7 +242,6 @@ async def test_an_unreachable_webhook_fails_the_create() -> None:
     assert result.status["reason"] == "InternalError"
 
 
-@needs_fixtures
 async def test_failure_policy_ignore_lets_the_object_through_unchanged(
     webhook: ProbeWebhook,
 ) -> None:
@@ -265,7 +258,6 @@ async def test_failure_policy_ignore_lets_the_object_through_unchanged(
         assert result.object == captured["request"]["object"]
 
 
-@needs_fixtures
 async def test_denials_are_not_subject_to_failure_policy(webhook: ProbeWebhook) -> None:
     webhook.answer = outcome("allowed:false without any status")["webhook_response_body"]
     config = WebhookConfig(url=webhook.url, failure_policy="Ignore")
@@ -277,7 +269,6 @@ async def test_denials_are_not_subject_to_failure_policy(webhook: ProbeWebhook) 
     assert not result.allowed and result.http_status == 400
 
 
-@needs_fixtures
 def test_defaulting_yields_the_captured_object() -> None:
     captured = fixture("admissionreview.request.json")["request"]["object"]
     as_written = json.loads(json.dumps(captured))
@@ -364,7 +355,6 @@ def test_json_patch_rejects_what_does_not_apply(operation: dict[str, Any]) -> No
         apply_json_patch(document, [operation])
 
 
-@needs_fixtures
 def test_the_captured_patch_is_the_decoded_one() -> None:
     encoded = fixture("admissionreview.response.json")["response"]["patch"]
     assert json.loads(base64.b64decode(encoded)) == fixture("jsonpatch.decoded.json")

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
+from wire_fixtures import load_fixture
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
@@ -25,7 +25,6 @@ from dra_driver.sim.kubelet_deviceplugin import (
     is_extended_resource_name,
 )
 
-pytestmark = needs_fixtures
 RESOURCE = "nvidia.com/gpu"
 
 
@@ -108,7 +107,7 @@ class ProbeDevicePlugin(pb2_grpc.DevicePluginServicer):
         return pb2.PreStartContainerResponse()
 
 
-FULL_OPTIONS = fixture("get-device-plugin-options.response.json") if FIXTURES.is_dir() else {}
+FULL_OPTIONS = fixture("get-device-plugin-options.response.json")
 ALL_DEVICES = ["GPU-aaaa-0", "GPU-aaaa-1", "GPU-aaaa-2", "GPU-aaaa-3"]
 
 

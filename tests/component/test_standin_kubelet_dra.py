@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import json_format
-from wire_fixtures import load_fixture, needs_fixtures
+from wire_fixtures import load_fixture
 
 from api.generated import dra_health_v1alpha1_pb2 as health_pb2
 from api.generated import dra_health_v1alpha1_pb2_grpc as health_grpc
@@ -28,7 +28,6 @@ from dra_driver.sim.kubelet_dra import (
     PluginNotRegisteredError,
 )
 
-pytestmark = needs_fixtures
 DRIVER = "probe.example.com"
 NODE = "node-k1"
 CLAIM = ClaimRef("dra-probe", "714e3fe9-6fa9-4062-8385-485ff3b0910c", "probe-pod-gpu-kzfb5")

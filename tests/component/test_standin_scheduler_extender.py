@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
+from wire_fixtures import FIXTURES, load_fixture
 
 from dra_driver.sim.scheduler_extender import (
     ExtenderConfig,
@@ -116,7 +116,6 @@ def with_prefix(text: str, url: str) -> str:
     return text.replace(CAPTURED_PREFIX, url).replace("127.0.0.1:18888", url.split("/")[2])
 
 
-@needs_fixtures
 async def test_success_sends_the_captured_bytes_over_one_connection(
     extender: ProbeExtender,
 ) -> None:
@@ -141,7 +140,6 @@ async def test_success_sends_the_captured_bytes_over_one_connection(
     assert result.message == outcome("success")["events"][0]["message"]
 
 
-@needs_fixtures
 async def test_the_stored_pod_is_rewritten_as_the_scheduler_holds_it(
     extender: ProbeExtender,
 ) -> None:
@@ -159,7 +157,6 @@ async def test_the_stored_pod_is_rewritten_as_the_scheduler_holds_it(
     assert '"nvidia.com/gpumem":"3k"' in extender.requests[0]["raw"]
 
 
-@needs_fixtures
 async def test_rejecting_every_node_retries_once_then_waits_for_events(
     extender: ProbeExtender,
 ) -> None:
@@ -195,7 +192,6 @@ async def test_rejecting_every_node_retries_once_then_waits_for_events(
     assert extender.paths() == ["/filter"] * 5
 
 
-@needs_fixtures
 async def test_unresolvable_nodes_change_only_the_preemption_text(
     extender: ProbeExtender,
 ) -> None:
@@ -208,7 +204,6 @@ async def test_unresolvable_nodes_change_only_the_preemption_text(
     assert (result.reason, result.message) == (expected["reason"], expected["message"])
 
 
-@needs_fixtures
 async def test_a_filter_error_is_a_scheduler_error_with_backoff(extender: ProbeExtender) -> None:
     captured = replay(extender, "filter-error")
     expected = outcome("filter returns non-empty Error")["pod_condition"]
@@ -226,7 +221,6 @@ async def test_a_filter_error_is_a_scheduler_error_with_backoff(extender: ProbeE
     assert extender.paths() == ["/filter"] * 5
 
 
-@needs_fixtures
 async def test_a_bind_error_repeats_the_whole_cycle(extender: ProbeExtender) -> None:
     captured = replay(extender, "bind-error")
     expected = outcome("bind returns non-empty Error")
@@ -246,7 +240,6 @@ async def test_a_bind_error_repeats_the_whole_cycle(extender: ProbeExtender) -> 
     assert delays == [1.0]
 
 
-@needs_fixtures
 async def test_a_made_up_node_name_is_refused(extender: ProbeExtender) -> None:
     captured = replay(extender, "bogus-node-name")
     pod = json.loads(captured[0]["raw_body"])["Pod"]
@@ -259,7 +252,6 @@ async def test_a_made_up_node_name_is_refused(extender: ProbeExtender) -> None:
     assert extender.paths() == ["/filter"]
 
 
-@needs_fixtures
 async def test_an_unreachable_extender_gives_the_go_error_text() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -273,7 +265,6 @@ async def test_an_unreachable_extender_gives_the_go_error_text() -> None:
     assert (result.reason, result.message) == ("SchedulerError", with_prefix(event, url))
 
 
-@needs_fixtures
 async def test_an_ignorable_extender_that_fails_is_skipped(extender: ProbeExtender) -> None:
     captured = replay(extender, "filter-error")
     extender.answers["/bind"].append({"Error": ""})
@@ -286,7 +277,6 @@ async def test_an_ignorable_extender_that_fails_is_skipped(extender: ProbeExtend
     assert extender.paths() == ["/filter", "/bind"]
 
 
-@needs_fixtures
 async def test_a_slow_extender_hits_the_http_timeout(extender: ProbeExtender) -> None:
     captured = replay(extender, "http-timeout")
     extender.hang = True
@@ -299,7 +289,6 @@ async def test_a_slow_extender_hits_the_http_timeout(extender: ProbeExtender) ->
     assert (result.reason, result.message) == ("SchedulerError", with_prefix(event, extender.url))
 
 
-@needs_fixtures
 async def test_without_node_cache_the_full_node_list_goes_and_a_list_comes_back(
     extender: ProbeExtender,
 ) -> None:
@@ -317,7 +306,6 @@ async def test_without_node_cache_the_full_node_list_goes_and_a_list_comes_back(
     )
 
 
-@needs_fixtures
 async def test_without_node_cache_a_names_only_answer_is_ignored(extender: ProbeExtender) -> None:
     captured = replay(extender, "nodecache-false-names-only")
     pod = json.loads(captured[0]["raw_body"])["Pod"]
@@ -333,7 +321,6 @@ async def test_without_node_cache_a_names_only_answer_is_ignored(extender: Probe
     assert extender.requests[0]["raw"] == captured[0]["raw_body"]
 
 
-@needs_fixtures
 async def test_a_pod_without_managed_resources_never_reaches_the_extender(
     extender: ProbeExtender,
 ) -> None:

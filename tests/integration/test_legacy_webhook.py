@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from legacy_fixtures import add_namespace, base_url, create_pod, gpu_pod, legacy_scheduler
-from wire_fixtures import load_fixture, needs_fixtures
+from wire_fixtures import load_fixture
 
 from api.hami_annotations import VGPU_DEVICES_ALLOCATED, VGPU_NODE
 from controller.legacy.config import LegacySettings, parse_device_config
@@ -78,7 +78,6 @@ async def admit(url: str, pod: dict[str, Any], ca: Path | None = None):
         return await apiserver.review(review)
 
 
-@needs_fixtures
 @pytest.mark.parametrize("capture", ["admissionreview.request", "admissionreview.request.dry-run"])
 async def test_captured_review_over_tls_gets_our_scheduler(
     cluster, tmp_path: Path, capture: str

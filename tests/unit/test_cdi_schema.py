@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,16 +37,8 @@ from cdi.spec import (
 from cdi.validate import minimum_cdi_version, validate_claim_spec, validate_spec_document
 from libvgpu.container_edits import ContainerEdits, EnvVar, Mount
 
-SCHEMA_DIR = Path(
-    os.environ.get(
-        "CDI_SCHEMA_DIR",
-        Path(__file__).resolve().parents[3] / "shared" / "reference" / "cdi-schema",
-    )
-)
-pytestmark = pytest.mark.skipif(
-    not (SCHEMA_DIR / "schema.json").is_file(),
-    reason=f"CDI schema not found at {SCHEMA_DIR} (set CDI_SCHEMA_DIR)",
-)
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "cdi-schema"
+"""The CDI project's JSON Schema and its examples, vendored (Apache-2.0, see LICENSE there)."""
 
 
 @functools.cache

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from google.protobuf import json_format
 from google.protobuf.message import Message
-from wire_fixtures import FIXTURES, load_fixture, needs_fixtures
+from wire_fixtures import FIXTURES, load_fixture
 
 from api.generated import deviceplugin_v1beta1_pb2 as dp
 from api.generated import dra_health_v1alpha1_pb2 as health
@@ -189,7 +189,6 @@ def roundtrip(payload: dict[str, Any], message_type: type[Message]) -> None:
     assert json_format.MessageToDict(decoded, preserving_proto_field_name=True) == payload
 
 
-@needs_fixtures
 @pytest.mark.parametrize(("relative", "key", "message_type"), CAPTURED)
 def test_captured_messages_roundtrip_through_the_wire(
     relative: str, key: str | None, message_type: type[Message]
@@ -198,7 +197,6 @@ def test_captured_messages_roundtrip_through_the_wire(
     roundtrip(payload[key] if key else payload, message_type)
 
 
-@needs_fixtures
 def test_captured_multi_container_sequence_roundtrips() -> None:
     types = {
         "GetPreferredAllocation": (dp.PreferredAllocationRequest, dp.PreferredAllocationResponse),
@@ -214,7 +212,6 @@ def test_captured_multi_container_sequence_roundtrips() -> None:
     assert [c["rpc"] for c in calls].count("Allocate") == 3
 
 
-@needs_fixtures
 def test_captured_raw_dra_calls_roundtrip() -> None:
     types = {
         "GetInfo": (registration.InfoRequest, registration.PluginInfo),
