@@ -120,3 +120,51 @@ def test_binding_checks(api: ApiClient, core: client.CoreV1Api, ns: str) -> None
     code, status = send(api, "POST", path, {"metadata": {"name": "p1"}, "target": target})
     assert code == 409
     assert 'pod p1 is already assigned to node "node-a"' in status["message"]
+
+
+QUANTITY_REFUSAL = (
+    'Pod in version "v1" cannot be handled as a Pod: quantities must match the regular '
+    "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
+def _with_resources(name: str, key: str, resources: dict[str, Any]) -> dict[str, Any]:
+    body = _pod(name)
+    body["spec"][key] = [{"name": key.lower(), "image": "busybox:1.36", "resources": resources}]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("key", "resources"),
+    [
+        ("containers", {"limits": {"nvidia.com/gpu": "abc"}}),
+        ("containers", {"requests": {"nvidia.com/gpumem": "3000MMi"}}),
+        ("initContainers", {"limits": {"cpu": "1 core"}}),
+    ],
+)
+def test_a_resource_that_is_not_a_quantity_does_not_decode(
+    core: client.CoreV1Api, ns: str, key: str, resources: dict[str, Any]
+) -> None:
+    status = refusal(core.create_namespaced_pod, ns, _with_resources("bad", key, resources))
+    assert (status["code"], status["reason"], status["message"]) == (
+        400,
+        "BadRequest",
+        QUANTITY_REFUSAL,
+    )
+
+
+def test_quantities_as_numbers_and_with_suffixes_are_accepted(
+    api: ApiClient, core: client.CoreV1Api, ns: str
+) -> None:
+    limits = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": "3000", "memory": "10Gi", "cpu": "500m"}
+    body = _with_resources("good", "containers", {"limits": limits, "requests": {"cpu": None}})
+    code, created = send(api, "POST", f"/api/v1/namespaces/{ns}/pods", body)
+    assert code == 201
+    assert created["spec"]["containers"][0]["resources"]["limits"]["memory"] == "10Gi"
+    status = refusal(
+        core.patch_namespaced_pod,
+        "good",
+        ns,
+        {"spec": {"overhead": {"nvidia.com/gpu": "one"}}},
+    )
+    assert (status["code"], status["message"]) == (400, QUANTITY_REFUSAL)

@@ -13,7 +13,18 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ApiError, FieldError, bad_request, duplicate, forbidden, invalid, required
+from api.quantity import QuantityError, parse_quantity
+
+from .errors import (
+    ApiError,
+    FieldError,
+    bad_request,
+    duplicate,
+    forbidden,
+    invalid,
+    required,
+    unparsable_quantity,
+)
 from .validation import dns_subdomain, entry_name
 
 Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
@@ -39,6 +50,7 @@ def normalize_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> None:
     if not isinstance(pod.get("spec"), dict):
         return
     spec = pod["spec"] = copy.deepcopy(pod["spec"])
+    _decode_quantities(spec)
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
@@ -52,6 +64,33 @@ def normalize_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> None:
                 image = str(container.get("image", ""))
                 tagged = ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
                 container.setdefault("imagePullPolicy", "IfNotPresent" if tagged else "Always")
+
+
+def _resource_lists(spec: dict[str, Any]) -> list[Any]:
+    """Every `ResourceList` of a pod spec: per container (all three kinds), pod-level
+    resources and the runtime overhead."""
+    lists = [spec.get("overhead")]
+    holders = [spec.get("resources")]
+    for key in ("initContainers", "containers", "ephemeralContainers"):
+        holders += [c.get("resources") for c in spec.get(key) or [] if isinstance(c, dict)]
+    for resources in holders:
+        if isinstance(resources, dict):
+            lists += [resources.get("limits"), resources.get("requests")]
+    return lists
+
+
+def _decode_quantities(spec: dict[str, Any]) -> None:
+    """A resource value that is not a quantity fails decoding into the Go type: a 400 for
+    the whole body, before any validation (kube-apiserver's `cannot be handled as a Pod`);
+    a JSON null decodes to zero."""
+    for values in _resource_lists(spec):
+        for value in values.values() if isinstance(values, dict) else ():
+            if value is None:
+                continue
+            try:
+                parse_quantity(str(value))
+            except QuantityError as error:
+                raise unparsable_quantity("Pod") from error
 
 
 def default_pod(pod: dict[str, Any]) -> None:
