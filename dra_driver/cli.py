@@ -134,17 +134,24 @@ def _simulate(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    from dra_driver.certs import CertsSettings, run_certs
+    from dra_driver.certs import CertFilesSettings, CertsSettings, run_cert_files, run_certs
 
     if args.validity_days <= 0:
         print("dra-driver certs: --validity-days must be positive", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    validity = timedelta(days=args.validity_days)
+    if args.out_dir is not None:
+        return run_cert_files(CertFilesSettings.from_flags(args.out_dir, args.san, validity))
+    if args.san:
+        message = "--san: only with --out-dir; the Secret's certificate names the Service"
+        print(f"dra-driver certs: {message}", file=sys.stderr)
         return EXIT_BAD_INPUT
     settings = CertsSettings(
         namespace=args.namespace,
         service=args.service,
         secret=args.secret,
         webhooks=tuple(args.webhook or ()),
-        validity=timedelta(days=args.validity_days),
+        validity=validity,
         cluster_domain=args.cluster_domain,
     )
     return asyncio.run(run_certs(args.kubeconfig, settings))
@@ -428,6 +435,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="MutatingWebhookConfiguration to patch (repeatable)",
     )
     certs.add_argument("--validity-days", type=int, default=3650)
+    certs.add_argument(
+        "--out-dir",
+        type=Path,
+        help="write ca.crt, tls.crt, tls.key here instead of a Secret (no API calls)",
+    )
+    certs.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        help="with --out-dir: DNS:<host name> or IP:<address> the certificate names (repeatable)",
+    )
     certs.add_argument("--cluster-domain", default=env("CLUSTER_DOMAIN", "cluster.local"))
     certs.add_argument(
         "--kubeconfig",

@@ -3,8 +3,10 @@
 The legacy scheduler's webhook and extender are called over TLS by the API
 server and by kube-scheduler, which both check the certificate against a CA
 they were given (the webhook's `caBundle`, the extender's `tlsConfig.caFile`).
-Without cert-manager, `dra-driver certs` makes that CA here. Pure: no files,
-no API; the caller passes the clock.
+Without cert-manager, `dra-driver certs` makes that CA here. When they are
+reached by URL from outside the cluster, the certificate names what that URL
+holds instead: the subject alternative names given as `DNS:<name>` or
+`IP:<address>`. Pure: no files, no API; the caller passes the clock.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dra_driver.errors import InvalidParameterError
+from dra_driver.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label
 
 CA_NAME = "vgpu-dra-driver CA"
 CLOCK_SKEW = timedelta(minutes=5)
@@ -48,6 +51,50 @@ def service_dns_names(
         f"{service}.{namespace}.svc",
         f"{service}.{namespace}.svc.{cluster_domain}",
     )
+
+
+_SAN_KINDS = ("DNS", "IP")
+
+
+def parse_subject_alt_name(text: str, where: str = "--san") -> str:
+    """`DNS:<name>` or `IP:<address>` (openssl's spelling) as the name `issue_bundle` takes:
+    a lowercase host name (`*.` allowed as its first label) or a normalised address, so
+    that a rerun compares equal. A bare or mistyped value is refused: a certificate for
+    the wrong name fails only later, in the client's handshake."""
+    kind, colon, value = text.partition(":")
+    kind = kind.upper()
+    if not colon or kind not in _SAN_KINDS or not value:
+        raise InvalidParameterError(where, f"{text!r}: write DNS:<host name> or IP:<address>")
+    if kind == "IP":
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            raise InvalidParameterError(
+                where, f"{text!r}: {value!r} is not an IPv4 or IPv6 address"
+            ) from None
+    if _is_address(value):
+        raise InvalidParameterError(
+            where, f"{text!r}: {value!r} is an address, which clients match only as IP:{value}"
+        )
+    name = value.lower().removesuffix(".")
+    labels = name.split(".")
+    if labels[0] == "*" and len(labels) > 1:
+        labels = labels[1:]
+    if len(name) > DNS_SUBDOMAIN_MAX or not all(is_dns_label(label) for label in labels):
+        raise InvalidParameterError(
+            where,
+            f"{text!r}: {value!r} is not a host name (dot-separated labels of letters, "
+            f"digits and '-', at most {DNS_LABEL_MAX} each; '*.' only first)",
+        )
+    return name
+
+
+def _is_address(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def issue_bundle(dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
@@ -115,10 +162,9 @@ def issue_bundle(dns_names: tuple[str, ...], now: datetime, validity: timedelta)
 
 
 def _general_name(name: str) -> x509.GeneralName:
-    try:
+    if _is_address(name):
         return x509.IPAddress(ipaddress.ip_address(name))
-    except ValueError:
-        return x509.DNSName(name)
+    return x509.DNSName(name)
 
 
 def bundle_problem(

@@ -1,12 +1,15 @@
 """`dra-driver certs` against the API emulator: the Secret and the webhook's caBundle it
 writes make a TLS handshake succeed for the Service's DNS name; reruns change nothing;
-what it must not overwrite it refuses, naming the flag."""
+what it must not overwrite it refuses, naming the flag. With `--out-dir`, the same pair
+as real files for the `--san` names: parsed back, chained to the CA, with their modes."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import ssl
+import stat
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from dra_driver.certs import WEBHOOKS, CertsSettings, ensure_certificates
 from dra_driver.cli import EXIT_BAD_INPUT, main
@@ -189,3 +194,98 @@ async def test_the_command_prints_what_it_did_and_exits_2_on_bad_input(
     assert "dra-driver certs: --webhook: MutatingWebhookConfiguration nope not found" in (
         capsys.readouterr().err
     )
+
+
+def _certs_to_files(out_dir: Path, *sans: str) -> int:
+    return main(["certs", "--out-dir", str(out_dir), *(f"--san={san}" for san in sans)])
+
+
+def _load(out_dir: Path) -> tuple[x509.Certificate, x509.Certificate, Any]:
+    ca = x509.load_pem_x509_certificate((out_dir / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((out_dir / "tls.crt").read_bytes())
+    key = serialization.load_pem_private_key((out_dir / "tls.key").read_bytes(), password=None)
+    return ca, cert, key
+
+
+async def test_out_dir_writes_a_ca_and_a_pair_for_the_given_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out_dir = tmp_path / "tls"
+    code = _certs_to_files(out_dir, "DNS:Scheduler.Example.com", "IP:10.0.0.1", "IP:0:0::1")
+    assert code == 0, capsys.readouterr().err
+    assert f"{out_dir} (ca.crt, tls.crt, tls.key): written for " in capsys.readouterr().out
+    assert sorted(path.name for path in out_dir.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in out_dir.iterdir()}
+    assert modes == {"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600}
+    ca, cert, key = _load(out_dir)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["scheduler.example.com"]
+    assert names.get_values_for_type(x509.IPAddress) == [
+        ipaddress.ip_address("10.0.0.1"),
+        ipaddress.ip_address("::1"),
+    ]
+    cert.verify_directly_issued_by(ca)
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert cert.public_key() == key.public_key()
+    data = {name: (out_dir / name).read_bytes() for name in ("tls.crt", "tls.key")}
+    ca_pem = (out_dir / "ca.crt").read_bytes()
+    for host in ("scheduler.example.com", "10.0.0.1"):
+        assert await _handshake(tmp_path, data, ca_pem, host) == "ok"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await _handshake(tmp_path, data, ca_pem, "10.0.0.2")
+
+
+def test_out_dir_rerun_keeps_a_valid_pair_and_replaces_one_missing_a_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _certs_to_files(tmp_path, "DNS:a.example.com") == 0
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    assert _certs_to_files(tmp_path, "DNS:a.example.com") == 0
+    assert "kept (valid for a.example.com)" in capsys.readouterr().out
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+    assert _certs_to_files(tmp_path, "DNS:a.example.com", "IP:192.0.2.7") == 0
+    assert "replaced (tls.crt does not name 192.0.2.7)" in capsys.readouterr().out
+    _, cert, _ = _load(tmp_path)
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("192.0.2.7")]
+
+
+def test_out_dir_replaces_a_foreign_pair_and_makes_its_key_private(tmp_path: Path) -> None:
+    for name in ("ca.crt", "tls.crt", "tls.key"):
+        (tmp_path / name).write_bytes(b"not PEM")
+        (tmp_path / name).chmod(0o644)
+    assert _certs_to_files(tmp_path, "DNS:host") == 0
+    assert stat.S_IMODE((tmp_path / "tls.key").stat().st_mode) == 0o600
+    _, cert, key = _load(tmp_path)
+    assert cert.public_key() == key.public_key()
+
+
+@pytest.mark.parametrize(
+    ("san", "reason"),
+    [
+        ("host.example.com", "write DNS:<host name> or IP:<address>"),
+        ("URI:https://host", "write DNS:<host name> or IP:<address>"),
+        ("IP:10.0.0.300", "'10.0.0.300' is not an IPv4 or IPv6 address"),
+        ("DNS:10.0.0.1", "clients match only as IP:10.0.0.1"),
+        ("DNS:under_score.example", "is not a host name"),
+        ("DNS:a.*.example", "is not a host name"),
+    ],
+)
+def test_a_bad_san_is_refused_naming_the_flag_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], san: str, reason: str
+) -> None:
+    out_dir = tmp_path / "tls"
+    assert _certs_to_files(out_dir, "DNS:good.example", san) == EXIT_BAD_INPUT
+    error = capsys.readouterr().err
+    assert error.startswith(f"dra-driver certs: --san: {san!r}: ") and reason in error
+    assert not out_dir.exists()
+
+
+def test_out_dir_and_san_need_each_other(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    assert main(["certs", "--out-dir", str(tmp_path / "tls")]) == EXIT_BAD_INPUT
+    assert "dra-driver certs: --san: --out-dir needs at least one --san" in (
+        capsys.readouterr().err
+    )
+    assert not (tmp_path / "tls").exists()
+    assert main(["certs", "--san", "DNS:host"]) == EXIT_BAD_INPUT
+    assert "--san: only with --out-dir" in capsys.readouterr().err
