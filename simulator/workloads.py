@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.resource_api import RESOURCE_API
+from dra_driver.yaml_files import read_yaml_documents
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +59,7 @@ def load_workloads(paths: Iterable[Path]) -> list[Workload]:
     """Every document of every file, checked for a kind the simulator knows, in apply order."""
     workloads = []
     for path in paths:
-        try:
-            documents = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
-        except OSError as error:
-            raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
-        except yaml.YAMLError as error:
-            raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
-        for position, document in enumerate(documents):
+        for position, document in enumerate(read_yaml_documents(path)):
             if document is None:
                 continue
             source = f"{path}#{position}"

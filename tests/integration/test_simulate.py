@@ -121,6 +121,18 @@ def test_a_bad_scenario_names_the_document(capsys, tmp_path: Path):
     assert "bad.yaml#0: kind" in capsys.readouterr().err
 
 
+def test_a_scenario_with_broken_yaml_names_the_file_line_and_column(capsys, tmp_path: Path):
+    scenario = tmp_path / "broken.yaml"
+    scenario.write_text("kind: Pod\nmetadata:\n  name: [x\n  namespace: default\n")
+    assert main(["simulate", "--scenario", str(scenario)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(
+        f"dra-driver simulate: {scenario}:4:12: not valid YAML: expected ',' or ']'"
+    )
+    assert "(while parsing a flow sequence at line 3, column 9)" in error
+    assert "<unicode string>" not in error
+
+
 def test_legacy_mode_runs_webhook_filter_bind_allocate(capsys):
     report = simulate(capsys, "--mode", "legacy")
     assert report["exit"] == 0
