@@ -91,7 +91,7 @@ async def main(args: argparse.Namespace) -> None:
     (root / "mountinfo").write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n")
     (root / "vgpu").mkdir()
     (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
-    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpu" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     (root / "vgpulock").mkdir()
     settings = PluginSettings(
         node_name=NODE,

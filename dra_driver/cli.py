@@ -193,6 +193,11 @@ def _add_node_gpu_args(parser: argparse.ArgumentParser) -> None:
         help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
     )
 
+    parser.add_argument(
+        "--lock-dir",
+        default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
+        help="host lock dir mounted into containers (made by install-libvgpu)",
+    )
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -266,11 +271,6 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=env("CONTROLLER_ALLOCATED", "false") == "true",
         help="taint devices so only the HAMi-policy controller allocates them",
-    )
-    plugin.add_argument(
-        "--lock-dir",
-        default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
-        help="host lock dir mounted into containers (made by install-libvgpu)",
     )
     plugin.add_argument(
         "--library-log-level",

@@ -4,13 +4,15 @@ it lists and the libvgpu files it mounts.
 A container runtime stats every device node of a spec (`failed to stat CDI
 host device`) and every bind-mount source when it creates the container, so
 a missing one breaks each container of the claim at start, far from the
-cause. Prepare looks first: it lists only the nodes the host has and fails
-with the missing file's name when a libvgpu file is absent.
+cause. Prepare (DRA) and Allocate (device plugin) look first: prepare lists
+only the nodes the host has, and both fail with the file's name when a libvgpu
+file is absent or the preload list does not name the library's container path.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,7 +63,13 @@ def host_device_nodes(dev_dir: Path, gpu_minors: Iterable[int]) -> dict[str, str
 
 
 def check_libvgpu_files(paths: LibvgpuPaths, *, with_preload: bool) -> None:
-    """Refuse to prepare when a libvgpu mount source is absent on the host."""
+    """Refuse to prepare when a libvgpu mount source is absent on the host, or when
+    the preload list would not load the library where the container sees it.
+
+    Both node plugins call this before handing a container its mounts: a missing
+    source becomes an empty directory on containerd, and a preload list naming
+    another path loads nothing; either way no limit holds and nothing says so.
+    """
     wanted = [("libvgpu library", paths.host_library_path, False)]
     if with_preload:
         wanted.append(("libvgpu preload list", paths.host_preload_path, False))
@@ -70,3 +78,35 @@ def check_libvgpu_files(paths: LibvgpuPaths, *, with_preload: bool) -> None:
         present = os.path.isdir(path) if directory else os.path.isfile(path)
         if not present:
             raise HostSetupError(f"{what} {path} is missing on this node; {INSTALL_HINT}")
+    if with_preload:
+        _check_preload_names_library(paths)
+
+
+def preload_entries(text: str) -> list[str]:
+    """The libraries an `ld.so.preload` lists, read as glibc's loader reads it:
+    `#` starts a comment to the end of the line, names are separated by spaces,
+    tabs, newlines or colons (rtld.c)."""
+    entries = []
+    for line in text.split("\n"):
+        content = line.split("#", 1)[0]
+        entries.extend(name for name in re.split(r"[: \t]+", content) if name)
+    return entries
+
+
+def _check_preload_names_library(paths: LibvgpuPaths) -> None:
+    path = paths.host_preload_path
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            entries = preload_entries(handle.read())
+    except OSError as error:
+        raise HostSetupError(
+            f"libvgpu preload list {path} cannot be read: {error.strerror}; {INSTALL_HINT}"
+        ) from error
+    if paths.container_library_path not in entries:
+        listed = ", ".join(entries) or "nothing"
+        raise HostSetupError(
+            f"libvgpu preload list {path} names {listed}, not "
+            f"{paths.container_library_path} where containers see libvgpu.so, so the "
+            f"library would never be loaded and no limit would hold; {INSTALL_HINT} "
+            "with its default --container-library-path"
+        )

@@ -45,7 +45,6 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         config_file=args.config,
         libvgpu=LibvgpuPaths(
             host_dir=args.vgpu_dir,
-            container_library_path=f"{args.vgpu_dir}/libvgpu.so",
             lock_dir=args.lock_dir,
             cache_root=args.vgpu_dir,
         ),

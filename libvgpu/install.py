@@ -23,7 +23,7 @@ from typing import TextIO
 
 from dra_driver.errors import DriverError
 from libvgpu.elf import ET_DYN, ElfFormatError, ElfIdentity, elf_identity, parse_elf
-from libvgpu.settings import LIBRARY_NAME, PRELOAD_NAME
+from libvgpu.settings import CONTAINER_LIBRARY_PATH, LIBRARY_NAME, PRELOAD_NAME
 
 RUNNING_EXECUTABLE = "/proc/self/exe"
 """The interpreter running this installer: its ELF identity is the host's."""
@@ -41,7 +41,7 @@ class InstallSettings:
     host_dir: str = "/usr/local/vgpu"
     """Host directory receiving libvgpu.so and ld.so.preload."""
 
-    container_library_path: str = "/usr/local/vgpu/libvgpu.so"
+    container_library_path: str = CONTAINER_LIBRARY_PATH
     """What ld.so.preload names: the library's path inside containers."""
 
     lock_dir: str = "/tmp/vgpulock"

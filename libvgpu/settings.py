@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 LIBRARY_NAME = "libvgpu.so"
 PRELOAD_NAME = "ld.so.preload"
+CONTAINER_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"
+"""Where libvgpu.so appears in every container, whatever the host directory: the
+`ld.so.preload` that `install-libvgpu` writes names this path, so it cannot follow
+the host's layout (libvgpu's own `CUDA_REDIRECT` default)."""
 
 
 @dataclass(frozen=True)
@@ -20,8 +24,8 @@ class LibvgpuPaths:
     host_dir: str = "/usr/local/vgpu"
     """Host directory holding `libvgpu.so` and `ld.so.preload` (HAMi's `$HOOK_PATH/vgpu`)."""
 
-    container_library_path: str = "/usr/local/vgpu/libvgpu.so"
-    """Where libvgpu.so appears in containers; libvgpu's own `CUDA_REDIRECT` default."""
+    container_library_path: str = CONTAINER_LIBRARY_PATH
+    """Where libvgpu.so appears in containers; the host's `ld.so.preload` must name it."""
 
     container_preload_path: str = "/etc/ld.so.preload"
     """The dynamic loader's system-wide preload list, mounted read-only over the image's."""

@@ -21,7 +21,7 @@ from dra_driver.sim.kubelet_dra import KubeletDRA, KubeletDRASettings
 from dra_driver.sim.kubelet_pods import KubeletPods
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
-from libvgpu.settings import LibvgpuPaths
+from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
 from simulator.settings import ClusterShape
 
 GPU_NODE_LABEL = "vgpu.hami.io/gpu-node"
@@ -55,13 +55,12 @@ def install_libvgpu_files(root: Path) -> LibvgpuPaths:
     vgpu = root / "vgpu"
     vgpu.mkdir(parents=True, exist_ok=True)
     (vgpu / "libvgpu.so").write_bytes(b"\x7fELF simulated libvgpu.so")
-    (vgpu / "ld.so.preload").write_text(f"{vgpu / 'libvgpu.so'}\n")
+    (vgpu / "ld.so.preload").write_text(f"{CONTAINER_LIBRARY_PATH}\n")
     lock_dir = root / "vgpulock"
     lock_dir.mkdir(exist_ok=True)
     lock_dir.chmod(0o1777)
     return LibvgpuPaths(
         host_dir=str(vgpu),
-        container_library_path="/usr/local/vgpu/libvgpu.so",
         cache_root=str(vgpu),
         lock_dir=str(lock_dir),
     )

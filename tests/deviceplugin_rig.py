@@ -31,7 +31,7 @@ from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from kubeletplugin.gpus import GpuBackend, MockBackend
 from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings
-from libvgpu.settings import LibvgpuPaths
+from simulator.nodes import install_libvgpu_files
 
 NODE = "node-dp"
 RESOURCE = "nvidia.com/gpu"
@@ -162,7 +162,7 @@ async def gpu_node(
         sharing=SliceSettings(split_count=split_count, memory_scaling=memory_scaling),
         mock_gpus=base / "gpus.yaml",
         config_file=base / "config" / "node.yaml",
-        libvgpu=LibvgpuPaths(host_dir=str(base / "vgpu"), cache_root=str(base / "vgpu")),
+        libvgpu=install_libvgpu_files(base),
         cache_dirs=CacheDirSettings(
             self_mountinfo=str(mountinfo), mountinfo_glob=str(base / "none-*")
         ),

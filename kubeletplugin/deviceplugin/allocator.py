@@ -1,10 +1,11 @@
 """Allocate and GetPreferredAllocation against the API server.
 
 One call at a time per node (HAMi takes a process-wide mutex too): read the
-node lock, read the pod it names, decide (allocation.py), create the
-container's libvgpu cache dir, then write the outcome back on the pod
-(`hami.io/vgpu-devices-to-allocate` with the served container emptied;
-`hami.io/bind-phase` success once no container is left) and release the lock.
+node lock, read the pod it names, decide (allocation.py), check the host's
+libvgpu files, create the container's libvgpu cache dir, then write the
+outcome back on the pod (`hami.io/vgpu-devices-to-allocate` with the served
+container emptied; `hami.io/bind-phase` success once no container is left)
+and release the lock.
 Any failure after the pod is known marks it `failed` and releases the lock,
 so the node is not held for a pod kubelet has already rejected.
 """
@@ -31,6 +32,7 @@ from kubeletplugin.deviceplugin.allocation import (
 )
 from kubeletplugin.deviceplugin.devices import preferred_replicas, replica_uuid
 from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.host_files import check_libvgpu_files
 from libvgpu.cache_dirs import CacheDirSettings, create_cache_dir, new_cache_nonce
 from libvgpu.cache_paths import legacy_cache_location
 from libvgpu.container_edits import ContainerEdits, build_container_edits
@@ -109,12 +111,15 @@ class PodAllocator:
         return preferred_replicas(available, must_include, size, wanted)
 
     def _prepare(self, grant: ContainerGrant) -> ContainerEdits:
+        """The container's edits, once the host has every file they mount (as the DRA
+        plugin's prepare checks): kubelet would otherwise start it with empty mounts."""
         cache = legacy_cache_location(
             self.libvgpu, grant.pod_uid, grant.container, new_cache_nonce()
         )
         gpus = {gpu.uuid: gpu for gpu in self.gpus()}
         shares = share_set(grant, gpus, cache, self.disable_core_limit)
         edits = build_container_edits(shares, self.libvgpu)
+        check_libvgpu_files(self.libvgpu, with_preload=not shares.disable_control)
         create_cache_dir(cache, self.libvgpu, self.cache_dirs)
         return edits
 

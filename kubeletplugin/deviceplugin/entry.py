@@ -27,9 +27,8 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         config_file=args.config,
         libvgpu=LibvgpuPaths(
             host_dir=args.vgpu_dir,
-            container_library_path=f"{args.vgpu_dir}/libvgpu.so",
+            lock_dir=args.lock_dir,
             cache_root=args.vgpu_dir,
-            legacy_container_cache_dir=args.vgpu_dir,
         ),
         disable_core_limit=args.disable_core_limit,
         register_interval_s=args.register_interval,

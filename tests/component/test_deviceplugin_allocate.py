@@ -299,3 +299,68 @@ async def test_an_api_error_writing_the_outcome_fails_the_pod_and_frees_the_node
     assert annotations(pod)[BIND_PHASE] == "failed"
     assert annotations(pod)[VGPU_DEVICES_TO_ALLOCATE] == f"{UUID_A},NVIDIA,1000,0:;"
     assert NODE_LOCK not in annotations(node)
+
+
+@pytest.mark.parametrize(
+    ("missing", "what"),
+    [
+        ("vgpu/libvgpu.so", "libvgpu library"),
+        ("vgpu/ld.so.preload", "libvgpu preload list"),
+        ("vgpulock", "libvgpu lock directory"),
+    ],
+)
+async def test_a_missing_libvgpu_file_refuses_allocate_naming_it(missing: str, what: str) -> None:
+    """On containerd a missing mount source becomes an empty directory: the container
+    would start with no limit enforced. Refused like the DRA prepare, with the fix."""
+    async with node_rig() as rig, rig.plugin():
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        target = rig.root / missing
+        if target.is_dir():
+            target.rmdir()
+        else:
+            target.unlink()
+        await rig.bound_pod("bare", [[device(UUID_A, 1000)]])
+        with pytest.raises(AdmissionRejectedError) as rejected:
+            await admit(rig, "u-bare", ContainerRequest("main", 1))
+        pod, node = await rig.pod("bare"), await rig.node()
+        cache_dirs = list((rig.root / "vgpu").glob("containers/*"))
+
+    message = rejected.value.event_message
+    assert f"pod default/bare: {what} {target} is missing on this node" in message
+    assert "`dra-driver install-libvgpu`" in message
+    assert annotations(pod)[BIND_PHASE] == "failed"
+    assert NODE_LOCK not in annotations(node)
+    assert cache_dirs == []
+
+
+async def test_a_preload_list_naming_another_path_refuses_allocate() -> None:
+    """A preload list naming the host path (an install for another --vgpu-dir) loads
+    nothing in the container, where the library is at /usr/local/vgpu/libvgpu.so."""
+    async with node_rig() as rig, rig.plugin():
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        preload = rig.root / "vgpu" / "ld.so.preload"
+        preload.write_text(f"{rig.root}/vgpu/libvgpu.so\n")
+        await rig.bound_pod("stray", [[device(UUID_A, 1000)]])
+        with pytest.raises(AdmissionRejectedError) as rejected:
+            await admit(rig, "u-stray", ContainerRequest("main", 1))
+        pod = await rig.pod("stray")
+
+    assert (
+        f"libvgpu preload list {preload} names {rig.root}/vgpu/libvgpu.so, not "
+        "/usr/local/vgpu/libvgpu.so where containers see libvgpu.so"
+    ) in rejected.value.event_message
+    assert annotations(pod)[BIND_PHASE] == "failed"
+
+
+async def test_a_container_without_control_needs_no_preload_list() -> None:
+    async with node_rig() as rig, rig.plugin():
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        (rig.root / "vgpu" / "ld.so.preload").unlink()
+        env = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+        container = {"name": "main", "image": "cuda", "env": env}
+        await rig.bound_pod("free", [[device(UUID_A, 1000)]], containers=[container])
+        admission = await admit(rig, "u-free", ContainerRequest("main", 1))
+
+    mounted = [m.container_path for m in admission.responses["main"].mounts]
+    assert "/usr/local/vgpu/libvgpu.so" in mounted
+    assert "/etc/ld.so.preload" not in mounted

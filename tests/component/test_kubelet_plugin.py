@@ -114,7 +114,7 @@ def install_libvgpu_files(root: Path) -> None:
     """What `dra-driver install-libvgpu` leaves on a node: the specs mount these."""
     (root / "vgpu").mkdir(exist_ok=True)
     (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
-    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpu" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     (root / "vgpulock").mkdir(mode=0o1777, exist_ok=True)
 
 

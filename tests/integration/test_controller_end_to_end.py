@@ -54,7 +54,7 @@ def plugin_settings(root: Path, node: str) -> PluginSettings:
     base = root / node
     (base / "vgpu").mkdir(parents=True)
     (base / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
-    (base / "vgpu" / "ld.so.preload").write_text(f"{base}/vgpu/libvgpu.so\n")
+    (base / "vgpu" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     (base / "vgpulock").mkdir(mode=0o1777)
     (base / "gpus.yaml").write_text(MOCK_GPUS.format(node=node))
     (base / "boot_id").write_text("boot-1\n")

@@ -102,7 +102,7 @@ async def cluster():
     (root / "gpus.yaml").write_text(MOCK_GPUS)
     (root / "vgpu").mkdir()
     (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
-    (root / "vgpu" / "ld.so.preload").write_text(f"{root}/vgpu/libvgpu.so\n")
+    (root / "vgpu" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     (root / "vgpulock").mkdir()
     plugin = PluginProcess(root)
     try:
