@@ -59,3 +59,23 @@ def container_claims(pod: Mapping[str, Any]) -> dict[str, frozenset[str]]:
         if claims:
             result[str(container.get("name"))] = claims
     return result
+
+
+def container_claim_entries(pod: Mapping[str, Any]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Container name (init containers included) -> `(ResourceClaim, request)` per entry of
+    its `resources.claims`, request "" for the whole claim, in the order kubelet hands the
+    runtime their CDI devices: by the pod's claim entries, then the container's."""
+    entries = [(entry, name) for entry, name in pod_claim_names(pod).items() if name]
+    spec = pod.get("spec") or {}
+    result = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        used = ((container.get("resources") or {}).get("claims")) or []
+        named = tuple(
+            (name, str(claim.get("request") or ""))
+            for entry, name in entries
+            for claim in used
+            if claim.get("name") == entry
+        )
+        if named:
+            result[str(container.get("name"))] = named
+    return result

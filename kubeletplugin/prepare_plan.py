@@ -163,9 +163,15 @@ def plan_claim(
     )
 
 
+def base_request(request: str) -> str:
+    """The claim's request a result belongs to: `main` for a `firstAvailable` result
+    `main/sub`, the name containers (`resources.claims[].request`) and configs use."""
+    return request.split("/", 1)[0]
+
+
 def _in(scope: frozenset[str], request: str) -> bool:
     """Config scoping: empty = every request; `main/sub` results match `main`."""
-    return not scope or request in scope or request.split("/", 1)[0] in scope
+    return not scope or request in scope or base_request(request) in scope
 
 
 def _configs(entries: Sequence[Mapping[str, Any]], driver: str, who: str):

@@ -9,15 +9,15 @@ concurrently; every checkpoint update goes through one lock so none is lost.
 
 Before any side effect, prepare refuses what would break at container start
 or give wrong limits: a container (found through the pods in
-`status.reservedFor`) that uses two claims of this driver, and a node
-without the libvgpu files the spec mounts.
+`status.reservedFor`) that uses two claims of this driver, containers that
+name overlapping but different requests of the claim (`claim_layout`), and
+a node without the libvgpu files the spec mounts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -32,7 +32,7 @@ from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.names import is_dns_label, is_dns_subdomain
-from dra_driver.pod_claims import container_claims, reserving_pods
+from dra_driver.pod_claims import container_claim_entries, container_claims, reserving_pods
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -40,28 +40,22 @@ from kubeletplugin.checkpoint import (
     PreparedDevice,
     PrepareState,
 )
+from kubeletplugin.claim_layout import ClaimView, ContainerUse, build_claim_edits, plan_views
 from kubeletplugin.host_files import check_libvgpu_files, host_device_nodes
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
     DeviceCapacity,
+    base_request,
     overcommitted,
     plan_claim,
 )
 from libvgpu.cache_dirs import CacheDirError, CacheDirSettings, create_cache_dir, remove_cache_dir
 from libvgpu.cache_paths import CLAIMS_DIR, claim_cache_location
-from libvgpu.container_edits import (
-    ContainerEdits,
-    DeviceShare,
-    ShareSet,
-    build_container_edits,
-    order_devices,
-)
 from libvgpu.settings import LibvgpuPaths
 
 log = logging.getLogger(__name__)
 
-PER_ORDINAL_ENV = re.compile(r"CUDA_DEVICE_(MEMORY|SM)_LIMIT_(\d+)")
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
 
 
@@ -199,11 +193,12 @@ class ClaimPreparer:
                 await self._roll_back(ref.uid)
                 record = None
             claim = await self._fetch_claim(ref)
-            pods = await self._check_containers(claim)
+            pods, uses = await self._check_containers(claim)
             devices = self.devices()
             plan = plan_claim(
                 claim, driver=self.settings.driver, pool=self.settings.node_name, devices=devices
             )
+            views = plan_views(plan, uses)
             others = [
                 (device.device_name, device.memory_limit_bytes, device.core_limit)
                 for other in self.checkpoint.claims.values()
@@ -219,7 +214,7 @@ class ClaimPreparer:
             )
             await self._record(started)
             try:
-                prepared = await asyncio.to_thread(self._write_claim, plan, nonce)
+                prepared = await asyncio.to_thread(self._write_claim, plan, views, nonce)
             except BaseException:
                 await self._roll_back(ref.uid)
                 raise
@@ -240,18 +235,23 @@ class ClaimPreparer:
             return PrepareResult()
         return PrepareResult(record.devices, pods=record.pods)
 
-    async def _check_containers(self, claim: Mapping[str, Any]) -> tuple[str, ...]:
+    async def _check_containers(
+        self, claim: Mapping[str, Any]
+    ) -> tuple[tuple[str, ...], tuple[ContainerUse, ...]]:
         """Refuse a claim that shares a container with another claim of this
-        driver; returns the reserving pods (`namespace/name`) for the record."""
+        driver; returns the reserving pods (`namespace/name`) for the record and
+        what each of their containers names of the claim."""
         metadata = claim.get("metadata") or {}
         namespace, name = metadata.get("namespace") or "", metadata.get("name") or ""
         pods = []
+        uses = []
         uses_driver: dict[str, bool] = {name: True}
         for reference in reserving_pods(claim):
             pod = await self._fetch_pod(namespace, reference.name, reference.uid)
             if pod is None:
                 continue
             pods.append(f"{namespace}/{reference.name}")
+            uses += claim_uses(pod, f"{namespace}/{reference.name}", name)
             for container, claims in sorted(container_claims(pod).items()):
                 if name not in claims or len(claims) == 1:
                     continue
@@ -269,7 +269,7 @@ class ClaimPreparer:
                         "container, so limits from two claims would overwrite each other: "
                         "use one claim with several requests instead",
                     )
-        return tuple(pods)
+        return tuple(pods), tuple(uses)
 
     async def _fetch_pod(self, namespace: str, name: str, uid: str) -> dict | None:
         """The reserving pod, or None when it is gone or was replaced."""
@@ -327,7 +327,9 @@ class ClaimPreparer:
             )
         return claim
 
-    def _write_claim(self, plan: ClaimPlan, nonce: str) -> tuple[PreparedDevice, ...]:
+    def _write_claim(
+        self, plan: ClaimPlan, views: tuple[ClaimView, ...], nonce: str
+    ) -> tuple[PreparedDevice, ...]:
         """The side effects: cache dir, then CDI spec (in a worker thread); first
         the host files the spec will name, so it applies when the runtime reads it."""
         paths = self.settings.libvgpu
@@ -339,21 +341,21 @@ class ClaimPreparer:
         )
         cache = claim_cache_location(paths, plan.uid, nonce)
         create_cache_dir(cache, paths, self.settings.cache_dirs)
-        common, per_device = split_edits(plan, cache, paths)
+        edits = build_claim_edits(plan, views, cache, paths)
         spec = build_claim_spec(
             plan.uid,
             [
-                ClaimDeviceEdits(g.device, g.gpu.minor, per_device[g.gpu.uuid], g.share_id or None)
-                for g in plan.grants
+                ClaimDeviceEdits(g.device, g.gpu.minor, own, g.share_id or None)
+                for g, own in zip(plan.grants, edits.per_grant, strict=True)
             ],
-            common=common,
+            common=edits.common,
             host_nodes=host_nodes,
         )
         self.cdi.write_claim_spec(spec)
         prefix = self.settings.nvidia_cdi_prefix
         return tuple(
             PreparedDevice(
-                request_names=(grant.request,) if grant.request else (),
+                request_names=(base_request(grant.request),) if grant.request else (),
                 pool_name=grant.pool,
                 device_name=grant.device,
                 cdi_device_ids=(cdi_device.qualified_id,)
@@ -413,42 +415,12 @@ class ClaimPreparer:
         return uids
 
 
-def split_edits(
-    plan: ClaimPlan, cache, paths: LibvgpuPaths
-) -> tuple[ContainerEdits, dict[str, ContainerEdits]]:
-    """libvgpu's edits for the whole claim, split into what every container of
-    the claim shares and each GPU's own per-ordinal limits (so a CDI device
-    carries only env keys no other device of the claim sets).
-
-    The shared part lists every GPU of the claim: a container that uses only
-    one request of a multi-request claim still sees all of the claim's GPUs.
-    """
-    merged: dict[str, DeviceShare] = {}
-    for grant in plan.grants:
-        previous = merged.get(grant.gpu.uuid)
-        memory = grant.memory_limit_bytes + (previous.memory_limit_bytes or 0 if previous else 0)
-        cores = grant.core_limit + (previous.core_limit_percent or 0 if previous else 0)
-        merged[grant.gpu.uuid] = DeviceShare(
-            grant.gpu.uuid, grant.gpu.index, memory, min(cores, 100) or None
-        )
-    shares = ShareSet(
-        devices=tuple(merged.values()),
-        cache=cache,
-        policy=plan.policy,
-        priority=plan.priority,
-        disable_control=plan.disable_control,
-    )
-    edits = build_container_edits(shares, paths)
-    ordered = order_devices(shares.devices)
-    per_device: dict[str, list] = {share.uuid: [] for share in ordered}
-    common_env = []
-    for variable in edits.env:
-        match = PER_ORDINAL_ENV.fullmatch(variable.name)
-        if match:
-            per_device[ordered[int(match.group(2))].uuid].append(variable)
-        else:
-            common_env.append(variable)
-    return (
-        ContainerEdits(env=tuple(common_env), mounts=edits.mounts),
-        {uuid: ContainerEdits(env=tuple(env), mounts=()) for uuid, env in per_device.items()},
-    )
+def claim_uses(pod: Mapping[str, Any], pod_name: str, claim: str) -> list[ContainerUse]:
+    """What each container of the pod names of the claim (None: the whole claim)."""
+    uses = []
+    for container, entries in container_claim_entries(pod).items():
+        requests = [request for name, request in entries if name == claim]
+        if requests:
+            named = None if "" in requests else frozenset(requests)
+            uses.append(ContainerUse(pod_name, container, named))
+    return uses
