@@ -86,7 +86,7 @@ def plan_results(
             position += 1
             requested = _capacity_requests(claim_variant, request_index)
             for grant in grants:
-                device = inventory.by_uuid[grant.uuid]
+                device = inventory.device(placement.node, grant.uuid)
                 consumed = None
                 if device.spec.get("allowMultipleAllocations"):
                     try:
@@ -160,3 +160,14 @@ def build_allocation(
         "nodeSelector": node_selector(node),
         "allocationTimestamp": now,
     }
+
+
+def describe_results(allocation: Mapping[str, Any]) -> list[str]:
+    """Each result of an allocation as `<pool>/<device>` with its share id, for the log
+    line that answers "where is my claim"."""
+    described = []
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        where = f"{result.get('pool')}/{result.get('device')}"
+        share = result.get("shareID")
+        described.append(f"{where} share {share}" if share else f"{where} (whole device)")
+    return described

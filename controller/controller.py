@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import Any
 
 from api.quantity import QuantityError, parse_quantity
-from controller.allocation import build_allocation
+from controller.allocation import build_allocation, describe_results
 from controller.claim_writes import (
     RESOURCE_API,
     ClaimWriter,
@@ -37,11 +37,12 @@ from controller.claim_writes import (
     allocation_of,
     reservations_of,
 )
-from controller.decide import NoFit, PodAllocation, decide_pod
+from controller.decide import NoFit, PodAllocation, bounded_message, decide_pod
 from controller.inventory import (
     Inventory,
     PublishedDevice,
     build_inventory,
+    duplicate_uuid_notes,
     quota_ledger,
     usage_by_node,
 )
@@ -82,6 +83,7 @@ FILTERING_FAILED = "FilteringFailed"
 INVALID_PARAMETERS = "InvalidParameters"
 WRITE_FAILED = "AllocationWriteFailed"
 MOVED = "AllocationMoved"
+DUPLICATE_UUID = "DuplicateDeviceUUID"
 STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
 """kube-scheduler's DRA messages for claims it saw unallocated (a cycle that raced us)."""
 SNAPSHOT_PERIOD_S = 1.0
@@ -473,6 +475,7 @@ class Controller:
 
     def _refresh_view(self) -> None:
         if self._inventory_dirty:
+            previous_duplicates = self.inventory.duplicate_uuids
             self.inventory = build_inventory(
                 self.slices.store.values(),
                 self.settings.driver,
@@ -481,8 +484,9 @@ class Controller:
             self._inventory_dirty = False
             self._usage_dirty = True
             self._context = None
-            live = {device.cache_key for device in self.inventory.by_uuid.values()}
+            live = {device.cache_key for device in self.inventory.by_key.values()}
             self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
+            self._report_duplicate_uuids(previous_duplicates)
         if not self._usage_dirty:
             return
         claims = self.effective_claims()
@@ -494,6 +498,23 @@ class Controller:
             quota=quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors),
         )
         self._usage_dirty = False
+
+    def _report_duplicate_uuids(self, previous: Mapping[str, tuple[str, ...]]) -> None:
+        """A uuid newly on more than one device: a warning, and an event on each node
+        that has one. Allocation stays safe (a device is known by node and uuid), but
+        the GPU discovery behind it (a shared mock file, a cloned VM) needs fixing."""
+        notes = duplicate_uuid_notes(self.inventory.duplicate_uuids, previous)
+        if not notes:
+            return
+        log.warning(
+            "device uuids published by more than one device",
+            extra={"uuids": len(self.inventory.duplicate_uuids), "nodes": sorted(notes)[:20]},
+        )
+        for name, note in notes.items():
+            node = self.nodes.get(name) or {"metadata": {"name": name}}
+            self.recorder.emit(
+                involved_object(node, "Node", "v1"), WARNING, DUPLICATE_UUID, bounded_message(note)
+            )
 
     def _update_gauges(self, now: float) -> None:
         pending = 0
@@ -822,7 +843,16 @@ class Controller:
             first = self._first_seen.pop(key, None)
             if first is not None:
                 self.metrics.allocation_latency.observe(self.clock() - first)
-            log.info("claims allocated", extra={"pod": key, "claims": len(written)})
+            log.info(
+                "claims allocated",
+                extra={
+                    "pod": key,
+                    "node": _allocated_node(written[0]) if written else None,
+                    "claims": {
+                        object_key(c): describe_results(allocation_of(c) or {}) for c in written
+                    },
+                },
+            )
         except DriverError as error:
             log.warning("allocation not written", extra={"pod": key, "error": str(error)})
             self.metrics.failures.labels(WRITE_FAILED).inc()

@@ -49,7 +49,11 @@ def no_fit_message(reasons: Mapping[str, str]) -> str:
     """HAMi's FilteringFailed summary, then each node's own reasons, bounded in size."""
     head = summarize_failures(reasons)
     details = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
-    text = f"{head}. {details}" if details else head
+    return bounded_message(f"{head}. {details}" if details else head)
+
+
+def bounded_message(text: str) -> str:
+    """The text cut to what an event's note may hold, marked with "..." when cut."""
     return text if len(text) <= MAX_EVENT_MESSAGE else text[: MAX_EVENT_MESSAGE - 3] + "..."
 
 

@@ -2,21 +2,26 @@
 allocated claims -> the engine's usage. Pure: plain dicts in, dataclasses out.
 
 Only the newest generation of a complete pool counts (what kube-scheduler
-does). A device's engine identity is its `uuid` attribute, so usage written
-by anyone (kube-scheduler, an older controller) is charged to the right card
-by (driver, pool, device); a result naming a device the inventory no longer
-has is ignored.
+does). A device's identity is (driver, pool, device name): usage written by
+anyone (kube-scheduler, an older controller) is charged to the card its
+result names, and a result naming a device the inventory no longer has is
+ignored. The engine knows a device by its `uuid` attribute on its node
+(HAMi's uuid filters match it), so a uuid is only ever resolved together
+with the node. A uuid on devices of several nodes (cloned mock files or VMs,
+a bad NVML answer) keeps one card per node; a uuid twice on one node is one
+card, counted once, with every share on either device charged to it. Both
+are listed in `duplicate_uuids` for the caller to report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
-from dra_driver.engine.model import Device, DeviceUsage, Node
+from dra_driver.engine.model import Device, DeviceUsage, Node, first_of_each_id, repeated_ids
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
 
@@ -73,8 +78,45 @@ class Inventory:
     """Nodes for the engine and the published device behind every engine device."""
 
     nodes: dict[str, Node] = field(default_factory=dict)
-    by_uuid: dict[str, PublishedDevice] = field(default_factory=dict)
     by_key: dict[DeviceKey, PublishedDevice] = field(default_factory=dict)
+    """Every published device of a usable pool, by how allocation results name it."""
+    by_node_uuid: dict[tuple[str, str], PublishedDevice] = field(default_factory=dict)
+    """(node, uuid) -> the device behind that engine device."""
+    duplicate_uuids: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """uuid -> the node of every device carrying it, for uuids on more than one device."""
+
+    def device(self, node: str, uuid: str) -> PublishedDevice:
+        """The published device behind the engine's device `uuid` on `node`."""
+        return self.by_node_uuid[(node, uuid)]
+
+    def uuids(self) -> frozenset[str]:
+        """Every engine device id (a uuid filter allowing these allows everything)."""
+        return frozenset(uuid for _, uuid in self.by_node_uuid)
+
+    def uuids_where(self, predicate: Callable[[PublishedDevice], bool]) -> frozenset[str]:
+        """The uuids whose every engine device satisfies `predicate`.
+
+        A uuid filter cannot tell two nodes' devices with one uuid apart, so a
+        uuid is allowed only when all of them qualify (never a device that does not).
+        """
+        refused = set()
+        chosen = set()
+        for (_, uuid), device in self.by_node_uuid.items():
+            (chosen if predicate(device) else refused).add(uuid)
+        return frozenset(chosen - refused)
+
+    def uuid_groups(self, attribute: str) -> dict[str, frozenset[str]]:
+        """repr(attribute value) -> uuids of the devices with that value; a uuid whose
+        devices disagree (or lack the attribute on some) is in no group."""
+        values: dict[str, set[str]] = {}
+        for (_, uuid), device in self.by_node_uuid.items():
+            value = device.attribute(attribute)
+            values.setdefault(uuid, set()).add("" if value is None else repr(value))
+        groups: dict[str, set[str]] = {}
+        for uuid, found in values.items():
+            if len(found) == 1 and (value := next(iter(found))):
+                groups.setdefault(value, set()).add(uuid)
+        return {value: frozenset(uuids) for value, uuids in groups.items()}
 
 
 def capacity_value(entry: Mapping[str, Any]) -> Decimal:
@@ -122,38 +164,68 @@ def build_inventory(
             continue
         pools.setdefault(spec["pool"]["name"], []).append(item)
     inventory = Inventory()
+    per_node: dict[str, list[tuple[Device, PublishedDevice]]] = {}
     for pool, items in sorted(pools.items()):
         newest = max(int(i["spec"]["pool"]["generation"]) for i in items)
         current = [i for i in items if int(i["spec"]["pool"]["generation"]) == newest]
         if len(current) != int(current[0]["spec"]["pool"].get("resourceSliceCount", 1)):
             continue
         node_name = current[0]["spec"]["nodeName"]
-        devices: list[Device] = []
+        found = per_node.setdefault(node_name, [])
         for item in current:
+            slice_uid = str(item["metadata"].get("uid", ""))
             for spec in item["spec"].get("devices") or []:
-                published = PublishedDevice(
-                    driver=driver,
-                    pool=pool,
-                    node=node_name,
-                    spec=spec,
-                    slice_uid=str(item["metadata"].get("uid", "")),
-                    slice_generation=newest,
-                    uuid="",
-                )
-                uuid = str(published.attribute("uuid") or f"{pool}/{published.name}")
-                published = PublishedDevice(
-                    driver, pool, node_name, spec, published.slice_uid, newest, uuid
-                )
+                published = _published(driver, pool, node_name, spec, slice_uid, newest)
                 try:
-                    devices.append(engine_device(published, ignored_taints))
+                    found.append((engine_device(published, ignored_taints), published))
                 except (QuantityError, KeyError, ValueError):
                     continue
-                inventory.by_uuid[uuid] = published
                 inventory.by_key[published.key] = published
-        previous = inventory.nodes.get(node_name)
-        merged = (*previous.devices, *devices) if previous else tuple(devices)
-        inventory.nodes[node_name] = Node(node_name, tuple(sorted(merged, key=lambda d: d.index)))
+    for node_name, found in per_node.items():
+        devices = first_of_each_id(device for device, _ in found)
+        for device, published in found:
+            inventory.by_node_uuid.setdefault((node_name, device.id), published)
+        ordered = tuple(sorted(devices, key=lambda d: d.index))
+        inventory.nodes[node_name] = Node(node_name, ordered)
+    inventory.duplicate_uuids = repeated_ids(
+        (device.uuid, device.node) for device in inventory.by_key.values()
+    )
     return inventory
+
+
+def _published(
+    driver: str, pool: str, node: str, spec: Mapping[str, Any], slice_uid: str, generation: int
+) -> PublishedDevice:
+    """The device with its engine id: the `uuid` attribute, else `<pool>/<name>`."""
+    unnamed = PublishedDevice(driver, pool, node, spec, slice_uid, generation, uuid="")
+    uuid = str(unnamed.attribute("uuid") or f"{pool}/{unnamed.name}")
+    return PublishedDevice(driver, pool, node, spec, slice_uid, generation, uuid)
+
+
+def duplicate_uuid_notes(
+    current: Mapping[str, tuple[str, ...]], previous: Mapping[str, tuple[str, ...]]
+) -> dict[str, str]:
+    """Per node, what to tell about its uuids that are newly (or differently) on more
+    than one device; nodes with nothing new are left out."""
+    changed: dict[str, list[str]] = {}
+    for uuid, nodes in current.items():
+        if previous.get(uuid) == nodes:
+            continue
+        for node in dict.fromkeys(nodes):
+            others = [n for n in nodes if n != node]
+            where = f"{len(nodes) - len(others)} on this node" + (
+                f", also on {', '.join(sorted(set(others)))}" if others else ""
+            )
+            changed.setdefault(node, []).append(f"{uuid} ({where})")
+    return {
+        node: (
+            "device uuids published by more than one device: "
+            + "; ".join(entries)
+            + ". Each node's devices are allocated on their own and a uuid twice on one node"
+            " counts as one card; give every GPU its own uuid (mock file, cloned VM, NVML)."
+        )
+        for node, entries in sorted(changed.items())
+    }
 
 
 def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUsage:
@@ -202,7 +274,8 @@ def claim_usage(
 def usage_by_node(
     claims: Sequence[Mapping[str, Any]], inventory: Inventory
 ) -> dict[str, dict[str, DeviceUsage]]:
-    """Per node, per device uuid: the sum over every allocated claim."""
+    """Per node, per device uuid: the sum over every allocated claim (two devices with
+    one uuid on one node are one engine device, so their shares add up there)."""
     usage: dict[str, dict[str, DeviceUsage]] = {}
     for claim in claims:
         for device, amount in claim_usage(claim, inventory):

@@ -2,8 +2,10 @@
 
 HAMi's scheduler metrics (reference/hami-protocol.md §8), computed at scrape
 time from the controller's own view (inventory and usage), with HAMi's names,
-labels and the `zone="vGPU"` label; plus the controller's own: allocation
-latency, the engine's decision time, pending claims and failures by reason.
+labels and the `zone="vGPU"` label, and the devices that share one uuid
+(both allocators count each node's card on its own, but the cause needs
+fixing); plus the controller's own: allocation latency, the engine's decision
+time, pending claims and failures by reason.
 """
 
 from __future__ import annotations
@@ -139,8 +141,15 @@ class HamiSchedulerCollector(Collector):
                 [quota.namespace, quota.resource, str(quota.limit), ZONE], quota.used
             )
             quota_limit.add_metric([quota.namespace, quota.resource, ZONE], quota.limit)
+        duplicates = GaugeMetricFamily(
+            "vgpu_device_uuid_duplicates",
+            "Devices published or registered with this uuid, for uuids on more than one device.",
+            labels=("device_uuid",),
+        )
+        for uuid, places in sorted(view.inventory.duplicate_uuids.items()):
+            duplicates.add_metric([uuid], len(places))
         yield from (limit, core_limit, shared, cores, memory_ratio, memory, vgpu_memory, vgpu_cores)
-        yield from (quota_used, quota_limit)
+        yield from (quota_used, quota_limit, duplicates)
 
 
 class ControllerMetrics:

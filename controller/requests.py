@@ -139,10 +139,8 @@ def _allowed(expressions: Sequence[str], context: RequestContext) -> frozenset[s
     key = tuple(expressions)
     found = context.selected.get(key)
     if found is None:
-        found = frozenset(
-            device.uuid
-            for device in context.inventory.by_uuid.values()
-            if all(context.selector_match(expression, device) for expression in expressions)
+        found = context.inventory.uuids_where(
+            lambda device: all(context.selector_match(e, device) for e in expressions)
         )
         context.selected[key] = found
     return found
@@ -170,7 +168,7 @@ def _claim_variants(
         _request_options(request, f"{where}[{position}]")
         for position, request in enumerate(requests)
     ]
-    everything = frozenset(context.inventory.by_uuid)
+    everything = context.inventory.uuids()
     for combination in itertools.islice(itertools.product(*options), MAX_VARIANTS):
         body = {
             **claim,
@@ -240,7 +238,7 @@ def _match_attribute_variants(
     A request asking for several devices, and an attribute with more than
     MAX_DISTINCT_VALUES values (a uuid), are checked for distinct values after the fit."""
     variants: list[list[frozenset[str] | None]] = [list(allowed)]
-    everything = frozenset(inventory.by_uuid)
+    everything = inventory.uuids()
     for constraint in constraints:
         attribute = constraint.get("matchAttribute") or constraint.get("distinctAttribute")
         if not attribute:
@@ -252,12 +250,7 @@ def _match_attribute_variants(
             for i, name in enumerate(names)
             if not scope or name in scope or name.split("/")[0] in scope
         ]
-        groups: dict[str, set[str]] = {}
-        for device in inventory.by_uuid.values():
-            value = device.attribute(attribute)
-            if value is not None:
-                groups.setdefault(repr(value), set()).add(device.uuid)
-        ordered = [frozenset(uuids) for _, uuids in sorted(groups.items())]
+        ordered = [uuids for _, uuids in sorted(inventory.uuid_groups(attribute).items())]
         if distinct and len(ordered) > MAX_DISTINCT_VALUES:
             continue
         expanded = []

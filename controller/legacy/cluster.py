@@ -27,6 +27,7 @@ from api.hami_annotations import AnnotationDecodeError
 from controller.legacy.config import LegacySettings
 from controller.legacy.inventory import (
     NodeInventory,
+    UuidSightings,
     annotations_of,
     read_node,
     requesting_handshake,
@@ -112,6 +113,8 @@ class ClusterState:
         self.inventory: dict[str, NodeInventory] = {}
         self.usable: set[str] = set()
         """Names of the nodes whose devices could be read (the engine's nodes)."""
+        self.uuids = UuidSightings()
+        """Which nodes register each device uuid (a repeat is logged and exported)."""
         self.allocations: dict[str, PodAllocation] = {}
         self.lock = asyncio.Lock()
         """Held while a Filter decides and commits, so two pods never get the same share."""
@@ -252,6 +255,7 @@ class ClusterState:
         if kind == "DELETED":
             self._fingerprints.pop(name, None)
             self.usable.discard(name)
+            self.uuids.remove(name)
             if self.inventory.pop(name, None) is not None and self._engine is not None:
                 self._engine.remove_node(name)
             return
@@ -281,6 +285,12 @@ class ClusterState:
         if self.inventory.get(entry.name) == entry:
             return
         self.inventory[entry.name] = entry
+        repeats = self.uuids.update(entry.name, entry.registered_ids)
+        if repeats:
+            log.warning(
+                "device uuid registered more than once; each node counts one card per uuid",
+                extra={"node": entry.name, "uuids": repeats},
+            )
         if entry.node is None:
             self.usable.discard(entry.name)
         else:

@@ -8,12 +8,18 @@ follows HAMi's CheckHealth: a `Requesting_<time>` handshake older than the
 timeout together with zero allocatable GPUs means the device plugin is gone,
 so every device is unhealthy; a Requesting value without a readable time does
 not count. Reference: hami-protocol.md §5.
+
+A device uuid listed twice in one node's annotation is one card (HAMi's
+device plugin finds a GPU by uuid): it counts once. The same uuid on two
+nodes is two cards, each node's own (a legacy pod's shares are charged to
+its `hami.io/vgpu-node`); `UuidSightings` keeps which nodes register each
+uuid so the scheduler can report repeats.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -28,7 +34,7 @@ from api.hami_annotations import (
     encode_handshake,
 )
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.model import HAMI_CORE_MODE, Device, Node
+from dra_driver.engine.model import HAMI_CORE_MODE, Device, Node, first_of_each_id
 from dra_driver.engine.reasons import NODE_UNREGISTERED
 
 
@@ -41,6 +47,8 @@ class NodeInventory:
     problem: str = ""
     register_value: str | None = None
     allocatable_gpus: int = 0
+    registered_ids: tuple[str, ...] = ()
+    """Every registered device id of the vendor, repeats included (for reporting them)."""
 
 
 def node_name(node: Mapping[str, Any]) -> str:
@@ -99,7 +107,7 @@ def read_node(
     if register is None:
         return NodeInventory(name, None, NODE_UNREGISTERED, None, allocatable)
     try:
-        registered = decode_node_devices(register)
+        decoded = decode_node_devices(register)
         scores = (
             decode_pair_scores(annotations[keys.NODE_NVIDIA_SCORE])
             if annotations.get(keys.NODE_NVIDIA_SCORE)
@@ -110,7 +118,7 @@ def read_node(
     gone = device_plugin_gone(
         annotations.get(keys.NODE_HANDSHAKE), allocatable, now, handshake_timeout
     )
-    devices = tuple(
+    devices = [
         Device(
             id=device.id,
             index=device.index,
@@ -122,10 +130,59 @@ def read_node(
             healthy=device.health and not gone,
             mode=device.mode or HAMI_CORE_MODE,
         )
-        for device in registered
+        for device in decoded
         if vendor_name.lower() in device.type.lower()
-    )
+    ]
     cordoned = frozenset(
         item for item in annotations.get(keys.DEVICE_CORDON, "").split(",") if item
     )
-    return NodeInventory(name, Node(name, devices, cordoned, scores), "", register, allocatable)
+    return NodeInventory(
+        name,
+        Node(name, first_of_each_id(devices), cordoned, scores),
+        "",
+        register,
+        allocatable,
+        tuple(device.id for device in devices),
+    )
+
+
+@dataclass(slots=True)
+class UuidSightings:
+    """Which nodes register each device uuid, kept current per node change (no rescans),
+    so a uuid on two devices is reported as soon as it appears."""
+
+    _counts: dict[str, dict[str, int]] = field(default_factory=dict)
+    _ids: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _repeated: set[str] = field(default_factory=set)
+
+    def update(self, node: str, ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Record the node's registered ids; returns those of them seen more than once
+        in the cluster, with the node of every sighting."""
+        self.remove(node)
+        self._ids[node] = tuple(ids)
+        for device_id in ids:
+            counts = self._counts.setdefault(device_id, {})
+            counts[node] = counts.get(node, 0) + 1
+            if sum(counts.values()) > 1:
+                self._repeated.add(device_id)
+        return {i: self._places(i) for i in sorted(set(ids)) if i in self._repeated}
+
+    def remove(self, node: str) -> None:
+        """Forget the node's ids (deleted, or re-registered by `update`)."""
+        for device_id in self._ids.pop(node, ()):
+            counts = self._counts[device_id]
+            counts[node] -= 1
+            if not counts[node]:
+                del counts[node]
+            if sum(counts.values()) < 2:
+                self._repeated.discard(device_id)
+            if not counts:
+                del self._counts[device_id]
+
+    def duplicates(self) -> dict[str, tuple[str, ...]]:
+        """uuid -> the node of every device registering it, for uuids seen more than once."""
+        return {device_id: self._places(device_id) for device_id in sorted(self._repeated)}
+
+    def _places(self, device_id: str) -> tuple[str, ...]:
+        counts = self._counts[device_id]
+        return tuple(node for node in sorted(counts) for _ in range(counts[node]))

@@ -37,4 +37,5 @@ def legacy_view(state: ClusterState) -> ViewSnapshot:
                 )
                 for grant in container
             )
-    return ViewSnapshot(Inventory(nodes=nodes), usage, shares)
+    inventory = Inventory(nodes=nodes, duplicate_uuids=state.uuids.duplicates())
+    return ViewSnapshot(inventory, usage, shares)

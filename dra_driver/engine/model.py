@@ -6,7 +6,7 @@ card, times the core scaling), count = concurrent slots (the split count).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 DEFAULT_SPLIT_COUNT = 10
@@ -84,3 +84,31 @@ def apply_node_config(devices: tuple[Device, ...], config: NodeConfig) -> tuple[
             changes["cores"] = int(100 * config.core_scaling)
         result.append(replace(device, **changes) if changes else device)
     return tuple(result)
+
+
+def first_of_each_id(devices: Iterable[Device]) -> tuple[Device, ...]:
+    """The devices without a later one that repeats an earlier one's id.
+
+    The engine charges usage to a device by its id, so two devices with one id
+    on a node would let one card's usage hide the other's capacity. HAMi's
+    device plugin finds a GPU by its uuid, so one id on a node is one card:
+    it counts once, and every share naming that id is charged to it.
+    """
+    seen: dict[str, Device] = {}
+    for device in devices:
+        seen.setdefault(device.id, device)
+    return tuple(seen.values())
+
+
+def repeated_ids(sightings: Iterable[tuple[str, str]]) -> dict[str, tuple[str, ...]]:
+    """Each device id seen more than once in (id, where) pairs, with where it was seen
+    (sorted; a place twice when it has the id twice): ids are meant to be unique, and
+    a repeat (cloned mock files or VMs, a bad NVML answer) must be reported."""
+    places: dict[str, list[str]] = {}
+    for device_id, where in sightings:
+        places.setdefault(device_id, []).append(where)
+    return {
+        device_id: tuple(sorted(found))
+        for device_id, found in sorted(places.items())
+        if len(found) > 1
+    }

@@ -22,7 +22,7 @@ def cluster(nodes: int) -> tuple[Engine, Inventory]:
         name = f"node-{n}"
         spec = {"name": "gpu-0", "allowMultipleAllocations": True, "capacity": CAPACITY}
         device = PublishedDevice("vgpu.hami.io", name, name, spec, "s", 1, f"GPU-{n}")
-        inventory.by_uuid[device.uuid] = device
+        inventory.by_node_uuid[(device.node, device.uuid)] = device
         inventory.by_key[device.key] = device
         inventory.nodes[name] = Node(name, (Device(f"GPU-{n}", 0, "NVIDIA-A100", 10, 16384, 100),))
     return Engine(inventory.nodes.values()), inventory

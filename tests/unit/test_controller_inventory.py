@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.inventory import build_inventory, quota_ledger, usage_by_node
+from controller.inventory import (
+    build_inventory,
+    duplicate_uuid_notes,
+    quota_ledger,
+    usage_by_node,
+)
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.vendors import VendorRegistry
 from kubeletplugin.gpus import GpuInfo
@@ -110,3 +115,56 @@ def test_quota_ledger_reads_limits_and_charges_the_namespace() -> None:
     assert not ledger.fits("team", "NVIDIA", 10001, 0)
     assert not ledger.fits("team", "NVIDIA", 0, 11)
     assert ledger.fits("other", "NVIDIA", 10**6, 100)
+
+
+def cloned_slices(node: str, uuids: list[str]) -> list[dict[str, Any]]:
+    """The node's slices with the given uuid on each GPU (a shared mock file, a clone)."""
+    built = slices(node, len(uuids))
+    for device, uuid in zip(built[0]["spec"]["devices"], uuids, strict=True):
+        device["attributes"]["uuid"] = {"string": uuid}
+    return built
+
+
+def test_a_uuid_on_two_nodes_is_one_card_on_each_and_twice_on_a_node_is_one() -> None:
+    inventory = build_inventory(
+        cloned_slices("node-a", ["GPU-x", "GPU-x"]) + cloned_slices("node-b", ["GPU-x", "GPU-y"]),
+        DRIVER,
+        IGNORED,
+    )
+    assert [d.id for d in inventory.nodes["node-a"].devices] == ["GPU-x"]
+    assert [d.id for d in inventory.nodes["node-b"].devices] == ["GPU-x", "GPU-y"]
+    assert inventory.device("node-a", "GPU-x").key == (DRIVER, "node-a", "gpu-0")
+    assert inventory.device("node-b", "GPU-x").key == (DRIVER, "node-b", "gpu-0")
+    assert inventory.duplicate_uuids == {"GPU-x": ("node-a", "node-a", "node-b")}
+    claims = [
+        claim("ns", result("node-a", "gpu-0", memory="10Gi", cores="10", shares="1")),
+        claim("ns", result("node-a", "gpu-1", memory="20Gi", cores="20", shares="1")),
+        claim("ns", result("node-b", "gpu-0", memory="30Gi", cores="30", shares="1")),
+    ]
+    assert usage_by_node(claims, inventory) == {
+        "node-a": {"GPU-x": DeviceUsage(2, 30 * 1024, 30)},
+        "node-b": {"GPU-x": DeviceUsage(1, 30 * 1024, 30)},
+    }
+
+
+def test_a_uuid_filter_selects_a_shared_uuid_only_when_all_its_devices_qualify() -> None:
+    inventory = build_inventory(
+        cloned_slices("node-a", ["GPU-x", "GPU-y"]) + cloned_slices("node-b", ["GPU-x"]),
+        DRIVER,
+        IGNORED,
+    )
+    inventory.device("node-b", "GPU-x").spec["attributes"]["numa"] = {"int": 7}
+    assert inventory.uuids() == {"GPU-x", "GPU-y"}
+    assert inventory.uuids_where(lambda d: d.node == "node-a") == {"GPU-y"}
+    assert inventory.uuids_where(lambda d: d.name == "gpu-0") == {"GPU-x"}
+    assert inventory.uuid_groups("numa") == {"0": frozenset({"GPU-y"})}
+
+
+def test_duplicate_uuid_notes_name_each_node_once_and_only_what_is_new() -> None:
+    current = {"GPU-x": ("node-a", "node-a", "node-b"), "GPU-y": ("node-b", "node-c")}
+    notes = duplicate_uuid_notes(current, {"GPU-y": ("node-b", "node-c")})
+    assert sorted(notes) == ["node-a", "node-b"]
+    assert "GPU-x (2 on this node, also on node-b)" in notes["node-a"]
+    assert "GPU-x (1 on this node, also on node-a)" in notes["node-b"]
+    assert "GPU-y" not in notes["node-b"]
+    assert duplicate_uuid_notes(current, current) == {}

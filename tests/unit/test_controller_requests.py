@@ -30,7 +30,9 @@ def published(index: int, numa: int, memory: str) -> PublishedDevice:
 
 def context(classes: dict[str, Any] | None = None) -> RequestContext:
     devices = [published(0, 0, "40Gi"), published(1, 1, "80Gi"), published(2, 1, "80Gi")]
-    inventory = Inventory(by_uuid={d.uuid: d for d in devices}, by_key={d.key: d for d in devices})
+    inventory = Inventory(
+        by_key={d.key: d for d in devices}, by_node_uuid={(d.node, d.uuid): d for d in devices}
+    )
     cache = SelectorCache()
     return RequestContext(
         driver=DRIVER,

@@ -6,7 +6,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from api.hami_annotations import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER
-from controller.legacy.inventory import device_plugin_gone, read_node, requesting_handshake
+from controller.legacy.inventory import (
+    UuidSightings,
+    device_plugin_gone,
+    read_node,
+    requesting_handshake,
+)
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 MINUTE = timedelta(seconds=60)
@@ -90,3 +95,31 @@ def test_handshake_rules() -> None:
     assert not device_plugin_gone("Reported_2026-11-30 09:00:00", 0, NOW, MINUTE)
     assert not device_plugin_gone(None, 0, NOW, MINUTE)
     assert device_plugin_gone("Requesting_2026.11.30 09:00:00", 0, NOW, MINUTE)
+
+
+def test_a_uuid_listed_twice_on_a_node_is_one_card() -> None:
+    register = (
+        "GPU-a,10,32768,100,NVIDIA-Tesla V100,0,true:"
+        "GPU-b,10,32768,100,NVIDIA-Tesla V100,0,true:"
+        "GPU-a,10,16384,100,NVIDIA-Tesla V100,1,true:"
+    )
+    entry = read(node({NODE_NVIDIA_REGISTER: register}))
+    cards = [(d.id, d.memory_mib) for d in entry.node.devices]
+    assert cards == [("GPU-a", 32768), ("GPU-b", 32768)]
+    assert entry.registered_ids == ("GPU-a", "GPU-b", "GPU-a")
+
+
+def test_uuid_sightings_follow_node_changes() -> None:
+    sightings = UuidSightings()
+    assert sightings.update("n1", ["GPU-a", "GPU-b"]) == {}
+    assert sightings.update("n2", ["GPU-a", "GPU-c", "GPU-c"]) == {
+        "GPU-a": ("n1", "n2"),
+        "GPU-c": ("n2", "n2"),
+    }
+    assert sightings.duplicates() == {"GPU-a": ("n1", "n2"), "GPU-c": ("n2", "n2")}
+    sightings.update("n2", ["GPU-c"])
+    assert sightings.duplicates() == {}
+    sightings.update("n3", ["GPU-b"])
+    sightings.remove("n1")
+    assert sightings.duplicates() == {}
+    assert sightings.update("n1", ["GPU-b"]) == {"GPU-b": ("n1", "n3")}
