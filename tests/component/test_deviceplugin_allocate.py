@@ -23,9 +23,9 @@ from api.hami_annotations import (
 )
 from api.quantity import MIB
 from dra_driver.sim.kubelet_deviceplugin import AdmissionRejectedError, ContainerRequest
+from kubeletplugin.claim_layout import build_claim_edits, plan_views
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.prepare_plan import ClaimPlan, DeviceGrant
-from kubeletplugin.preparer import split_edits
 from libvgpu.cache_paths import legacy_cache_location
 from libvgpu.container_edits import CorePolicy
 
@@ -59,11 +59,11 @@ def cdi_path_edits(
         ),
         policy=CorePolicy.DEFAULT,
     )
-    common, per_device = split_edits(plan, cache, rig.settings.libvgpu)
-    env = {v.name: v.value for v in common.env}
-    for edits in per_device.values():
+    layout = build_claim_edits(plan, plan_views(plan, ()), cache, rig.settings.libvgpu)
+    env = {v.name: v.value for v in layout.common.env}
+    for edits in layout.per_grant:
         env.update({v.name: v.value for v in edits.env})
-    return env, [(m.host_path, m.container_path, m.read_only) for m in common.mounts]
+    return env, [(m.host_path, m.container_path, m.read_only) for m in layout.common.mounts]
 
 
 def mounts_of(response: pb2.ContainerAllocateResponse) -> list[tuple[str, str, bool]]:
