@@ -520,13 +520,13 @@ def decode_handshake(value: str) -> Handshake:
 
 def encode_pair_scores(scores: Mapping[str, Mapping[str, int]]) -> str:
     """The JSON HAMi's device plugin writes: devices in the given order, peers sorted
-    (Go sorts map keys), empty fields left out (`omitempty`)."""
+    (Go sorts map keys), both fields always there (`DeviceScore` has no `omitempty`,
+    so a GPU without peers is `"score":{}`)."""
     entries = []
     for uuid, peers in scores.items():
         for peer, score in peers.items():
             _check_int(f"score {uuid}->{peer}", score, _INT64)
-        entry: dict[str, Any] = {"uuid": uuid, "score": dict(sorted(peers.items()))}
-        entries.append({key: value for key, value in entry.items() if value})
+        entries.append({"uuid": uuid, "score": dict(sorted(peers.items()))})
     return _go_json(entries)
 
 

@@ -18,13 +18,14 @@ from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_
 from kubeletplugin.xid import XidWatcher
 
 
-def open_gpu_backend(mock_gpus: Path | None) -> GpuBackend:
-    """The mock file's GPUs when one is given, else NVML (imported only then)."""
+def open_gpu_backend(mock_gpus: Path | None, *, read_topology: bool = False) -> GpuBackend:
+    """The mock file's GPUs when one is given, else NVML (imported only then);
+    `read_topology` has NVML read the GPUs' links too (the mock file always has them)."""
     if mock_gpus is not None:
         return MockBackend(mock_gpus)
     import pynvml
 
-    return NvmlBackend(pynvml, read_numa=read_sysfs_numa)
+    return NvmlBackend(pynvml, read_numa=read_sysfs_numa, read_topology=read_topology)
 
 
 def nearest_existing(path: Path) -> Path:

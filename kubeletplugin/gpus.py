@@ -8,7 +8,7 @@ CPU-only nodes, tests and the simulator).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.quantity import QuantityError, to_bytes_ceil
 from dra_driver.errors import InvalidParameterError
+from kubeletplugin.gpu_topology import MAX_NVLINKS, GpuLink, P2PLevel
+from kubeletplugin.nvml_topology import NvmlGpu, read_links
 from libvgpu.host_gpus import nvml_text
 
 
@@ -36,6 +38,8 @@ class GpuInfo:
     compute_capability: str = ""
     healthy: bool = True
     unhealthy_reason: str = ""
+    links: tuple[GpuLink, ...] = ()
+    """Its PCIe path and NVLinks to the node's other GPUs; empty when not read."""
 
 
 class GpuBackend(Protocol):
@@ -47,6 +51,25 @@ class GpuBackend(Protocol):
         ...
 
     def discover(self) -> Sequence[GpuInfo]: ...
+
+
+class MockLink(BaseModel):
+    """One GPU's connection to another, as NVML would report it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    peer: str = Field(min_length=1, description="The other GPU's UUID.")
+    p2p: P2PLevel | None = Field(
+        None,
+        description=(
+            "Closest common PCIe ancestor, as NVML's topology level: one board (scores 60), "
+            "one switch (50), several switches (40), a host bridge (30), one NUMA node "
+            "(20), across CPUs (10); unset = unknown (0)."
+        ),
+    )
+    nvlinks: int = Field(
+        0, ge=0, le=MAX_NVLINKS, description="Active NVLinks to the peer (100 each)."
+    )
 
 
 class MockGpu(BaseModel):
@@ -61,6 +84,13 @@ class MockGpu(BaseModel):
     pci_bus_id: str = Field("", alias="pciBusID")
     healthy: bool = Field(True, description="False publishes the GPU with a NoSchedule taint.")
     unhealthy_reason: str = Field("", alias="unhealthyReason", description="The taint's value.")
+    links: list[MockLink] = Field(
+        default_factory=list,
+        description=(
+            "Links to the other GPUs (PCIe path, NVLink count), as the device plugin reads "
+            "them from NVML for `hami.io/node-nvidia-score`; give both directions."
+        ),
+    )
 
 
 class MockGpuFile(BaseModel):
@@ -115,6 +145,7 @@ class MockBackend:
                     compute_capability=spec.compute_capability,
                     healthy=gpu.healthy,
                     unhealthy_reason=gpu.unhealthy_reason,
+                    links=tuple(GpuLink(ln.peer, ln.p2p, ln.nvlinks) for ln in gpu.links),
                 )
             )
         return gpus
@@ -128,6 +159,9 @@ class NvmlBackend:
     nvml: Any
     read_numa: Callable[[str], int] = field(default=lambda bus_id: 0)
     unhealthy: dict[str, str] = field(default_factory=dict)
+    read_topology: bool = False
+    """Also read the GPUs' PCIe paths and NVLinks (n² NVML calls): only the device
+    plugin publishes them (`hami.io/node-nvidia-score`)."""
     has_device_nodes = True
 
     def discover(self) -> Sequence[GpuInfo]:
@@ -138,10 +172,12 @@ class NvmlBackend:
             cuda = nvml.nvmlSystemGetCudaDriverVersion()
             cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
             gpus = []
+            handles = []
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
                 bus_id = nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
+                handles.append(NvmlGpu(uuid, handle, bus_id))
                 major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
                 gpus.append(
                     GpuInfo(
@@ -159,7 +195,10 @@ class NvmlBackend:
                         unhealthy_reason=self.unhealthy.get(uuid, ""),
                     )
                 )
-            return gpus
+            if not self.read_topology:
+                return gpus
+            links = read_links(nvml, handles)
+            return [replace(gpu, links=links[gpu.uuid]) for gpu in gpus]
         finally:
             nvml.nvmlShutdown()
 

@@ -5,7 +5,8 @@ containers may be admitted onto one card; HAMi's scheduler reads the node
 register annotation, one entry per GPU, in the exact shape HAMi's NVIDIA
 device plugin writes (`getAPIDevices`): memory in MiB times the memory
 scaling, cores 100 times the core scaling, the model name with `NVIDIA-` in
-front unless it already starts with `NVIDIA`.
+front unless it already starts with `NVIDIA`. Next to it, the GPUs' pair
+scores (`hami.io/node-nvidia-score`) for the `topology-aware` policy.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
-from api.hami_annotations import DeviceMode, RegisteredDevice, encode_node_devices
+from api.hami_annotations import (
+    DeviceMode,
+    RegisteredDevice,
+    encode_node_devices,
+    encode_pair_scores,
+)
 from api.quantity import MIB
+from kubeletplugin.gpu_topology import PairScores, pair_scores
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings
 
@@ -76,6 +83,19 @@ def registered_devices(gpus: Iterable[GpuInfo], sharing: SliceSettings) -> list[
 
 def register_annotation(gpus: Iterable[GpuInfo], sharing: SliceSettings) -> str:
     return encode_node_devices(registered_devices(gpus, sharing))
+
+
+def topology_scores(gpus: Iterable[GpuInfo]) -> PairScores | None:
+    """HAMi's pair scores among the registered GPUs, in register order; None when no
+    GPU reports a link (one GPU, a mock file without links): nothing to publish."""
+    ordered = sorted(gpus, key=lambda g: g.index)
+    if not any(gpu.links for gpu in ordered):
+        return None
+    return pair_scores({gpu.uuid: gpu.links for gpu in ordered})
+
+
+def score_annotation(scores: PairScores | None) -> str | None:
+    return None if scores is None else encode_pair_scores(scores.scores)
 
 
 def _registered_memory(memory_bytes: int, scaling: float) -> int:

@@ -41,7 +41,8 @@ async def serve_device_plugin(
     """Run until `stop`."""
     client = await KubeClient.from_kubeconfig(kubeconfig, component="device-plugin")
     try:
-        async with DevicePlugin(settings, client, open_gpu_backend(settings.mock_gpus)):
+        backend = open_gpu_backend(settings.mock_gpus, read_topology=True)
+        async with DevicePlugin(settings, client, backend):
             await stop.wait()
     finally:
         await client.aclose()

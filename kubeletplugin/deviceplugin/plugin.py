@@ -1,12 +1,13 @@
 """`dra-driver device-plugin`: the legacy node half, assembled.
 
 Discovery (NVML or the mock file, node config overrides) feeds two outputs:
-the replica list kubelet watches over ListAndWatch and the node register
-annotation HAMi's scheduler reads. The plugin serves its socket in kubelet's
-device-plugins directory, then registers (kubelet calls back on the socket
-before Register returns). A restarted kubelet deletes the plugin's socket and
-creates a new `kubelet.sock`; either one is noticed and the plugin serves
-again and re-registers.
+the replica list kubelet watches over ListAndWatch and the node annotations
+HAMi's scheduler reads (the register list and the GPUs' pair scores). The
+plugin serves its socket in kubelet's device-plugins directory, then
+registers (kubelet calls back on the socket before Register returns). A
+restarted kubelet deletes the plugin's socket and creates a new
+`kubelet.sock`; either one is noticed and the plugin serves again and
+re-registers.
 
 The handshake: HAMi's scheduler writes `hami.io/node-handshake:
 Requesting_<time>` and, since HAMi PR #1499, takes a node's devices as gone
@@ -33,13 +34,18 @@ from watchfiles import awatch
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
-from api.hami_annotations import NODE_NVIDIA_REGISTER
+from api.hami_annotations import NODE_NVIDIA_REGISTER, NODE_NVIDIA_SCORE
 from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.runtime import cancel_and_wait
 from kubeletplugin.deviceplugin.allocator import NODES, PodAllocator
-from kubeletplugin.deviceplugin.devices import kubelet_devices, register_annotation
+from kubeletplugin.deviceplugin.devices import (
+    kubelet_devices,
+    register_annotation,
+    score_annotation,
+    topology_scores,
+)
 from kubeletplugin.deviceplugin.service import OPTIONS, DeviceBoard, DevicePluginService
 from kubeletplugin.gpu_sources import watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
@@ -178,19 +184,34 @@ class DevicePlugin:
         return True
 
     async def sync_register_annotation(self) -> bool:
-        """Patch `hami.io/node-nvidia-register` only when the node's value differs from
-        the devices' (also when someone else changed or removed it). True if patched."""
+        """Patch `hami.io/node-nvidia-register` and `hami.io/node-nvidia-score` only where
+        the node's value differs from the devices' (also when someone else changed or
+        removed it); a score no GPU reports links for any more is removed. True if patched."""
         path = object_path(NODES, self.settings.node_name)
         node = await self.client.get(path)
-        current = ((node.get("metadata") or {}).get("annotations") or {}).get(NODE_NVIDIA_REGISTER)
-        wanted = register_annotation(self.gpus, self.sharing)
-        if current == wanted:
+        current = (node.get("metadata") or {}).get("annotations") or {}
+        scores = topology_scores(self.gpus)
+        wanted = {
+            NODE_NVIDIA_REGISTER: register_annotation(self.gpus, self.sharing),
+            NODE_NVIDIA_SCORE: score_annotation(scores),
+        }
+        changed = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if not changed:
             return False
-        await self.client.patch(path, {"metadata": {"annotations": {NODE_NVIDIA_REGISTER: wanted}}})
+        await self.client.patch(path, {"metadata": {"annotations": changed}})
         log.info(
             "node register annotation written",
-            extra={"node": self.settings.node_name, "gpus": len(self.gpus)},
+            extra={
+                "node": self.settings.node_name,
+                "gpus": len(self.gpus),
+                "keys": sorted(changed),
+            },
         )
+        if scores is not None and scores.asymmetric:
+            log.warning(
+                "GPU pairs with asymmetric link data scored 0 (NVLink hardware or driver fault?)",
+                extra={"node": self.settings.node_name, "pairs": scores.asymmetric},
+            )
         return True
 
     async def wait_registered(self, count: int) -> None:

@@ -422,7 +422,7 @@ def test_pair_scores_match_go_marshal() -> None:
     assert encode_pair_scores(scores) == (
         f'[{{"uuid":"{UUID_A}","score":{{"{UUID_B}":100,"GPU-c":10}}}},'
         f'{{"uuid":"{UUID_B}","score":{{"{UUID_A}":100}}}},'
-        '{"uuid":"GPU-lonely"}]'
+        '{"uuid":"GPU-lonely","score":{}}]'
     )
 
 
