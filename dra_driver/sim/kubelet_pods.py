@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from dra_driver.api_time import api_time
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
-from dra_driver.pod_claims import container_claims, pod_claim_names
+from dra_driver.pod_claims import container_claim_entries, pod_claim_names
 from dra_driver.resource_api import RESOURCE_API
 from dra_driver.runtime import cancel_and_wait
 from dra_driver.sim.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
@@ -45,6 +45,18 @@ class PreparedPod:
     prepared: dict[str, list[ClaimRef]] = field(default_factory=dict)
     """Driver -> the claims it prepared (what NodeUnprepareResources gets later)."""
     error: str = ""
+
+
+def container_cdi_ids(devices: Iterable[Any], request: str) -> list[str]:
+    """kubelet's choice (`cdiDevicesAsList`) of a prepared claim's CDI ids for a container
+    entry naming `request` ("" for the whole claim): every device when it names the whole
+    claim, else the devices whose `request_names` hold it or are empty."""
+    return [
+        cdi_id
+        for device in devices
+        if not request or not device.request_names or request in device.request_names
+        for cdi_id in device.cdi_device_ids
+    ]
 
 
 class KubeletPods:
@@ -105,6 +117,7 @@ class KubeletPods:
         metadata = pod["metadata"]
         record = PreparedPod(metadata["namespace"], metadata["name"], self.node)
         by_driver: dict[str, list[ClaimRef]] = {}
+        devices: dict[str, list[Any]] = {}
         for entry, claim in claims.items():
             claim_meta = claim["metadata"]
             record.claims[entry] = claim_meta["name"]
@@ -124,12 +137,17 @@ class KubeletPods:
                     self.prepared[key] = record
                     return
                 record.cdi_ids[ref.name] = [i for d in result.devices for i in d.cdi_device_ids]
+                devices.setdefault(ref.name, []).extend(result.devices)
                 record.prepared.setdefault(driver, []).append(ref)
-        used = container_claims(pod)
+        used = container_claim_entries(pod)
         spec = pod.get("spec") or {}
         for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-            names = sorted(used.get(container["name"], ()))
-            record.containers[container["name"]] = [i for n in names for i in record.cdi_ids[n]]
+            entries = used.get(container["name"], ())
+            record.containers[container["name"]] = [
+                i
+                for name, request in entries
+                for i in container_cdi_ids(devices.get(name, ()), request)
+            ]
         self.prepared[key] = record
         await self.client.patch(
             f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
