@@ -39,6 +39,11 @@ class NodeLockError(DriverError):
     def __init__(self, node: str, message: str) -> None:
         super().__init__(f"node {node}: {message}")
         self.node = node
+        self.reason = message
+
+
+class NodeLockBusyError(NodeLockError):
+    """Another pod holds the lock and may not be displaced yet: waiting may help."""
 
 
 class LockState(StrEnum):

@@ -2,8 +2,11 @@
 
 The flags are HAMi's scheduler flags where HAMi has one (`--scheduler-name`,
 `--node-scheduler-policy`, `--gpu-scheduler-policy`, `--node-lock-timeout`,
-`--force-overwrite-default-scheduler`, `--device-config-file`), each with an
-environment variable. Heavy imports wait until a command runs.
+`--node-lock-retry-timeout`, `--force-overwrite-default-scheduler`,
+`--device-config-file`), each with an environment variable. HAMi's
+`--node-lock-retry-timeout` applies to PodGroup members only; here every Bind
+waits that long (default 20 s) for a held node lock. Heavy imports wait until
+a command runs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cli_args import add_process_args, add_scheduler_policy_args, env
+from dra_driver.cli_args import add_process_args, add_scheduler_policy_args
 
 ROLES = {
     "extender": (True, False, "the kube-scheduler extender (/filter, /bind)"),
@@ -34,33 +37,42 @@ def add_legacy_parsers(commands: Any, handler: Callable[[argparse.Namespace], in
                 "HTTP(S) with /healthz and /readyz; reads HAMi's device-config.yaml."
             ),
         )
-        parser.add_argument("--host", default=env("LEGACY_HOST", "0.0.0.0"))
-        parser.add_argument("--port", type=int, default=int(env("LEGACY_PORT", "8080")))
-        parser.add_argument("--tls-cert", type=Path, default=env("TLS_CERT", "") or None)
-        parser.add_argument("--tls-key", type=Path, default=env("TLS_KEY", "") or None)
+        parser.add_argument("--host", env="LEGACY_HOST", default="0.0.0.0")
+        parser.add_argument("--port", type=int, env="LEGACY_PORT", default=8080)
+        parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
+        parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
         parser.add_argument(
             "--device-config-file",
             type=Path,
-            default=env("DEVICE_CONFIG_FILE", "") or None,
+            env="DEVICE_CONFIG_FILE",
             help="HAMi device-config.yaml (nvidia: resource names and defaults)",
         )
-        parser.add_argument("--scheduler-name", default=env("SCHEDULER_NAME", "hami-scheduler"))
+        parser.add_argument("--scheduler-name", env="SCHEDULER_NAME", default="hami-scheduler")
         add_scheduler_policy_args(parser)
         parser.add_argument(
             "--node-lock-timeout",
             type=float,
-            default=float(env("HAMI_NODELOCK_EXPIRE_SECONDS", "300")),
+            env="HAMI_NODELOCK_EXPIRE_SECONDS",
+            default=300.0,
             help="seconds after which a node lock is taken over",
         )
         parser.add_argument(
+            "--node-lock-retry-timeout",
+            type=float,
+            env="NODE_LOCK_RETRY_TIMEOUT_SECONDS",
+            default=20.0,
+            help="seconds a bind waits for a node lock another pod holds (0: fail at once)",
+        )
+        parser.add_argument(
             "--node-label-selector",
-            default=env("NODE_LABEL_SELECTOR", "") or None,
+            env="NODE_LABEL_SELECTOR",
             help="only nodes with these labels are scheduled onto (e.g. gpu=on)",
         )
         parser.add_argument(
             "--force-overwrite-default-scheduler",
             action=argparse.BooleanOptionalAction,
-            default=env("FORCE_OVERWRITE_DEFAULT_SCHEDULER", "true") == "true",
+            env="FORCE_OVERWRITE_DEFAULT_SCHEDULER",
+            default=True,
         )
         add_process_args(parser)
         parser.set_defaults(handler=handler, extender=extender, webhook=webhook)
@@ -80,6 +92,8 @@ def run_legacy(args: argparse.Namespace) -> int:
     parse_node_policy(args.node_scheduler_policy)
     if args.node_lock_timeout <= 0:
         raise InvalidParameterError("--node-lock-timeout", "must be a positive number of seconds")
+    if args.node_lock_retry_timeout < 0:
+        raise InvalidParameterError("--node-lock-retry-timeout", "must be 0 or more seconds")
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -87,6 +101,7 @@ def run_legacy(args: argparse.Namespace) -> int:
             gpu_policy=args.gpu_scheduler_policy, node_policy=args.node_scheduler_policy
         ),
         node_lock_timeout=timedelta(seconds=args.node_lock_timeout),
+        node_lock_retry_timeout=timedelta(seconds=args.node_lock_retry_timeout),
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
     )

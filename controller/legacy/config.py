@@ -161,6 +161,9 @@ class LegacySettings:
     scheduler_name: str = DEFAULT_SCHEDULER_NAME
     engine: EngineSettings = field(default_factory=EngineSettings)
     node_lock_timeout: timedelta = DEFAULT_LOCK_TIMEOUT
+    node_lock_retry_timeout: timedelta = timedelta(seconds=20)
+    """How long a Bind waits for a node lock another pod holds (released by its Allocate)
+    before failing; below kube-scheduler's extender httpTimeout (30 s in HAMi's chart)."""
     force_overwrite_default_scheduler: bool = True
     handshake_timeout: timedelta = timedelta(seconds=60)
     """A Requesting handshake older than this, with no allocatable GPUs, means the node's

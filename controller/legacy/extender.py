@@ -1,7 +1,13 @@
 """kube-scheduler extender verbs, Filter and Bind, as HAMi's scheduler answers them.
 
 Filter picks one node and the devices for a pod and writes them as pod
-annotations; Bind takes the node lock and binds. Answers use the Go field
+annotations; Bind takes the node lock and binds. The lock stays with the pod
+until the device plugin's Allocate releases it, so a burst of pods onto one
+node would have every bind after the first fail and wait out kube-scheduler's
+backoff (up to 10 s). Instead this process queues its binds per node and the
+head of the queue waits, up to `node_lock_retry_timeout`, for the holder's
+release (woken by the node watch) before HAMi's rules decide; a lock still held
+then, by any pod of any process, fails the bind as HAMi's does. Answers use the Go field
 names of `k8s.io/kube-scheduler/extender/v1`. A pod-level problem (a bad
 resource value, an API failure) is answered with `Error`, which kube-scheduler
 retries with backoff; nodes that cannot take the pod go to `FailedNodes`.
@@ -10,6 +16,8 @@ Reference: hami-protocol.md §4.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -19,7 +27,6 @@ from typing import Any
 from api import hami_annotations as keys
 from api.hami_annotations import BindPhase, ContainerDevice, encode_pod_devices
 from controller.legacy.cluster import ClusterState
-from controller.legacy.events import NORMAL, WARNING, EventRecorder
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid
 from dra_driver.engine.engine import Placement
@@ -27,8 +34,11 @@ from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
 from dra_driver.errors import DriverError, InvalidParameterError
+from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
+from dra_driver.kube.informer import object_key
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.node_lock import NodeLockBusyError
 from dra_driver.pod_workloads import pod_request
 
 log = logging.getLogger(__name__)
@@ -36,6 +46,9 @@ log = logging.getLogger(__name__)
 FILTERING_SUCCEED = "FilteringSucceed"
 FILTERING_FAILED = "FilteringFailed"
 BINDING_FAILED = "BindingFailed"
+LOCK_RECHECK_S = 1.0
+"""A waiting Bind looks at the lock again this often even without a node event: a
+holder pod that is deleted or a lock that expires changes nothing on the node."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +168,22 @@ class Extender:
         self.state = state
         self.locker = locker
         self.events = events
+        self.lock_wait_s = state.settings.node_lock_retry_timeout.total_seconds()
+        self._bind_queues: dict[str, asyncio.Lock] = {}
+        """Per node, this process's binds in arrival order (asyncio.Lock is FIFO)."""
+        self._node_changes: dict[str, asyncio.Event] = {}
+        """Per node a waiting Bind watches, set by the next event of that node."""
+        state.nodes.handlers.append(self._on_node)
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        changed = self._node_changes.pop(object_key(node), None)
+        if changed is not None:
+            changed.set()
+
+    def _pod_event(
+        self, pod: Mapping[str, Any], event_type: str, reason: str, message: str
+    ) -> None:
+        self.events.emit(involved_object(pod, "Pod", "v1"), event_type, reason, message)
 
     def _request(self, pod: Mapping[str, Any]) -> PodRequest:
         return pod_request(pod, self.state.vendors, admission_defaults=False)
@@ -228,7 +257,7 @@ class Extender:
         if placement is None:
             message = summarize_failures(failed)
             log.info("no node fits", extra={"pod": _pod_name(pod), "reasons": failed})
-            self.events.pod_event(pod, WARNING, FILTERING_FAILED, message)
+            self._pod_event(pod, WARNING, FILTERING_FAILED, message)
             return filter_answer([], failed)
         node = placement.node
         body = {
@@ -247,9 +276,7 @@ class Extender:
             )
             return filter_answer(error=f"pod {_pod_name(pod)}: writing the allocation: {error}")
         self.state.confirm(uid, (patched.get("metadata") or {}).get("resourceVersion", ""))
-        self.events.pod_event(
-            pod, NORMAL, FILTERING_SUCCEED, f"Successfully filtered to node {node}"
-        )
+        self._pod_event(pod, NORMAL, FILTERING_SUCCEED, f"Successfully filtered to node {node}")
         log.info("pod filtered", extra={"pod": _pod_name(pod), "node": node})
         return filter_answer([node])
 
@@ -273,19 +300,58 @@ class Extender:
             return {"Error": f"pod {name}: its GPUs were filtered on {where}, not {args.node}"}
         try:
             if needs_lock:
-                await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)
+                await self._lock_node(args)
         except DriverError as error:
-            self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            self._pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            log.warning("node lock not taken", extra={"pod": name, "error": str(error)})
             return {"Error": f"pod {name}: {error}"}
         try:
             await self._bind(args)
         except DriverError as error:
             await self._undo(args, needs_lock)
-            self.events.pod_event(pod, WARNING, BINDING_FAILED, str(error))
+            self._pod_event(pod, WARNING, BINDING_FAILED, str(error))
             log.warning("bind failed", extra={"pod": name, "node": args.node, "error": str(error)})
             return {"Error": f"pod {name}: binding to {args.node}: {error}"}
         log.info("pod bound", extra={"pod": name, "node": args.node})
         return {"Error": ""}
+
+    async def _lock_node(self, args: BindArgs) -> None:
+        """Take the node lock behind this process's earlier binds to the node, waiting
+        (bounded) for a holder to release it; NodeLockBusyError when the time is up."""
+        deadline = asyncio.get_running_loop().time() + self.lock_wait_s
+        queue = self._bind_queues.setdefault(args.node, asyncio.Lock())
+        try:
+            async with asyncio.timeout_at(deadline):
+                await queue.acquire()
+        except TimeoutError:
+            raise NodeLockBusyError(
+                args.node,
+                f"lock wanted by earlier binds of this scheduler; waited {self.lock_wait_s:g}s",
+            ) from None
+        try:
+            await self._acquire_when_free(args, deadline)
+        finally:
+            queue.release()
+
+    async def _acquire_when_free(self, args: BindArgs, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            changed = self._node_changes.setdefault(args.node, asyncio.Event())
+            try:
+                await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)
+                return
+            except NodeLockBusyError as error:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise NodeLockBusyError(
+                        args.node, f"{error.reason}; waited {self.lock_wait_s:g}s"
+                    ) from error
+                log.debug(
+                    "bind waits for the node lock",
+                    extra={"node": args.node, "pod": args.pod_name, "lock": error.reason},
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, LOCK_RECHECK_S))
 
     async def _bind(self, args: BindArgs) -> None:
         path = _pods_path(args.pod_namespace, args.pod_name)

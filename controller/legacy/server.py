@@ -26,12 +26,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from controller.legacy.admission import AdmissionDecision, allow, review_pod
 from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
-from controller.legacy.events import EventRecorder
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
 from controller.legacy.metrics import legacy_view
 from controller.legacy.pod_shape import check_pod_shape
 from controller.metrics import HamiSchedulerCollector
 from dra_driver.errors import InvalidParameterError
+from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
 
@@ -116,7 +116,7 @@ class LegacyServer:
             client,
             self.state,
             NodeLocker(client, timeout=settings.node_lock_timeout),
-            EventRecorder(client, settings.scheduler_name),
+            EventRecorder(client, EventSettings(component=settings.scheduler_name)),
         )
         self.registry = CollectorRegistry()
         self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))
@@ -138,6 +138,7 @@ class LegacyServer:
     async def start(self) -> None:
         context = self.serve.ssl_context()
         await self.state.start()
+        self.extender.events.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.serve.host, self.serve.port, ssl_context=context)
@@ -158,7 +159,7 @@ class LegacyServer:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
-        await self.extender.events.flush()
+        await self.extender.events.aclose()
         await self.state.aclose()
 
     async def __aenter__(self) -> LegacyServer:

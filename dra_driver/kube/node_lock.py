@@ -28,6 +28,7 @@ from dra_driver.kube.rest import (
 from dra_driver.node_lock import (
     DEFAULT_LOCK_TIMEOUT,
     LockState,
+    NodeLockBusyError,
     NodeLockError,
     lock_value,
     may_acquire,
@@ -66,7 +67,8 @@ class NodeLocker:
         self.first_pause_s = first_pause_s
 
     async def acquire(self, node: str, namespace: str, pod: str) -> None:
-        """Hold the lock of `node` for `namespace/pod`, or raise NodeLockError."""
+        """Hold the lock of `node` for `namespace/pod`, or raise NodeLockError
+        (NodeLockBusyError when another pod holds it)."""
         await self._retry(node, lambda: self._try_acquire(node, namespace, pod))
 
     async def release(self, node: str, namespace: str, pod: str) -> bool:
@@ -106,7 +108,7 @@ class NodeLocker:
         if view.state is LockState.CONTENDED and view.holder is not None:
             alive = await self._pod_alive(view.holder.namespace, view.holder.pod)
         if not may_acquire(view, alive):
-            raise NodeLockError(
+            raise NodeLockBusyError(
                 node,
                 f"{view.describe()}; binding waits until that pod is allocated "
                 f"or the lock is older than {self.timeout}",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from api.hami_annotations import (
     VGPU_NODE,
     VGPU_TIME,
 )
+from controller.legacy.config import LegacySettings
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.sim.apiserver import APIServer
 from dra_driver.sim.scheduler_extender import (
@@ -62,7 +64,7 @@ async def node_objects(client: KubeClient, *names: str) -> list[dict[str, Any]]:
 
 
 async def events(client: KubeClient, reason: str, server) -> list[dict[str, Any]]:
-    await server.extender.events.flush()
+    await server.extender.events.wait_idle()
     listing = await client.list(f"/api/v1/namespaces/{NS}/events")
     return [e for e in listing["items"] if e["reason"] == reason]
 
@@ -125,6 +127,21 @@ async def test_no_fit_lists_every_node_with_its_reason(cluster) -> None:
         assert VGPU_NODE not in (stored["metadata"].get("annotations") or {})
 
 
+async def test_repeated_filtering_failures_fold_into_one_event_with_a_count(cluster) -> None:
+    """kube-scheduler retries an unschedulable pod for as long as it is pending."""
+    _, client = cluster
+    await add_gpu_node(client, "n1", memory=2048)
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "n1")
+        pod = await create_pod(client, gpu_pod("big", NS, gpumem=3000))
+        nodes = await node_objects(client, "n1")
+        for _ in range(5):
+            assert (await scheduler.filter(pod, nodes)).feasible == []
+        failed = await events(client, "FilteringFailed", server)
+    assert [(e["count"], e["involvedObject"]["name"]) for e in failed] == [(5, "big")]
+    assert failed[0]["source"]["component"] == "hami-scheduler"
+
+
 async def test_malformed_node_does_not_stop_scheduling_elsewhere(cluster) -> None:
     _, client = cluster
     await add_gpu_node(client, "bad", register="GPU-x,ten,1,1,NVIDIA,0,true:")
@@ -178,9 +195,11 @@ async def test_bind_releases_the_lock_and_answers_error_when_binding_fails(clust
 
 
 async def test_locked_node_blocks_another_pod_until_released(cluster) -> None:
+    """With no wait allowed, a held lock fails the bind at once, as in HAMi."""
     _, client = cluster
     await add_gpu_node(client, "n1")
-    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+    settings = LegacySettings(node_lock_retry_timeout=timedelta(0))
+    async with legacy_scheduler(client, settings) as server, extender_client(server) as scheduler:
         await wait_for_nodes(server, "n1")
         first = await create_pod(client, gpu_pod("first", NS, gpumem=1000))
         second = await create_pod(client, gpu_pod("second", NS, gpumem=1000))
