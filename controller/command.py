@@ -9,7 +9,7 @@ from typing import Any
 
 from controller.settings import ControllerSettings
 from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
-from dra_driver.cli_args import add_process_args, add_scheduler_policy_args, env
+from dra_driver.cli_args import add_process_args, add_scheduler_policy_args
 from dra_driver.kube.leader import LeaderSettings
 
 DEFAULT_METRICS_PORT = 9395
@@ -26,38 +26,38 @@ def add_controller_parser(commands: Any) -> None:
             "refuses to start when the API lacks resource.k8s.io/v1."
         ),
     )
-    parser.add_argument("--driver", default=env("DRIVER_NAME", DRIVER_NAME))
+    parser.add_argument("--driver", env="DRIVER_NAME", default=DRIVER_NAME)
     add_scheduler_policy_args(parser)
     parser.add_argument(
         "--standalone-claims",
         action=argparse.BooleanOptionalAction,
-        default=env("STANDALONE_CLAIMS", "false") == "true",
+        env="STANDALONE_CLAIMS",
+        default=False,
         help="also allocate claims no pod refers to",
     )
     parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
-        default=env("LEADER_ELECT", "true") == "true",
+        env="LEADER_ELECT",
+        default=True,
     )
-    parser.add_argument("--lease-namespace", default=env("POD_NAMESPACE", "default"))
-    parser.add_argument("--lease-name", default=env("LEASE_NAME", "vgpu-hami-io-controller"))
+    parser.add_argument("--lease-namespace", env="POD_NAMESPACE", default="default")
+    parser.add_argument("--lease-name", env="LEASE_NAME", default="vgpu-hami-io-controller")
     parser.add_argument(
         "--identity",
-        default=env("POD_NAME", f"{socket.gethostname()}-{os.getpid()}"),
-        help="this replica's name in the Lease (default: pod name, else host-pid)",
+        env="POD_NAME",
+        default=f"{socket.gethostname()}-{os.getpid()}",
+        help="this replica's name in the Lease: the pod name, else host-pid",
     )
-    parser.add_argument(
-        "--lease-duration", type=float, default=float(env("LEASE_DURATION_S", "15"))
-    )
-    parser.add_argument(
-        "--renew-deadline", type=float, default=float(env("RENEW_DEADLINE_S", "10"))
-    )
-    parser.add_argument("--retry-period", type=float, default=float(env("RETRY_PERIOD_S", "2")))
-    parser.add_argument("--metrics-host", default=env("METRICS_HOST", "0.0.0.0"))
+    parser.add_argument("--lease-duration", type=float, env="LEASE_DURATION_S", default=15.0)
+    parser.add_argument("--renew-deadline", type=float, env="RENEW_DEADLINE_S", default=10.0)
+    parser.add_argument("--retry-period", type=float, env="RETRY_PERIOD_S", default=2.0)
+    parser.add_argument("--metrics-host", env="METRICS_HOST", default="0.0.0.0")
     parser.add_argument(
         "--metrics-port",
         type=int,
-        default=int(env("METRICS_PORT", str(DEFAULT_METRICS_PORT))),
+        env="METRICS_PORT",
+        default=DEFAULT_METRICS_PORT,
         help="Prometheus /metrics port; 0 disables it",
     )
     add_process_args(parser)

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.cli_args import add_process_args, env
+from dra_driver.cli_args import EnvArgumentParser, add_process_args
 from dra_driver.errors import DriverError
 
 EXIT_PLACED = 0
@@ -21,7 +21,8 @@ EXIT_BAD_INPUT = 2
 def _explain(args: argparse.Namespace) -> int:
     from dra_driver.engine.vendors import VendorRegistry
     from dra_driver.explain import explain, render
-    from dra_driver.inventory_file import inventory_schema, load_inventory, read_document
+    from dra_driver.inventory_file import inventory_schema, load_inventory
+    from dra_driver.yaml_files import read_yaml_document
 
     if args.print_schema:
         print(json.dumps(inventory_schema(), indent=2))
@@ -31,7 +32,7 @@ def _explain(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     vendors = VendorRegistry()
     inventory = load_inventory(args.inventory, vendors)
-    explanation = explain(inventory, read_document(args.workload), vendors)
+    explanation = explain(inventory, read_yaml_document(args.workload), vendors)
     print(render(explanation, args.output))
     return EXIT_PLACED if explanation.decision.placement is not None else EXIT_REFUSED
 
@@ -163,44 +164,37 @@ def _legacy_scheduler(args: argparse.Namespace) -> int:
     return run_legacy(args)
 
 
-def _add_node_gpu_args(parser: argparse.ArgumentParser) -> None:
+def _add_node_gpu_args(parser: EnvArgumentParser) -> None:
     """What both node components (DRA kubelet plugin, device plugin) take about the GPUs."""
+    parser.add_argument("--node-name", env="NODE_NAME", required=True)
     parser.add_argument(
-        "--node-name", default=env("NODE_NAME", ""), required=not env("NODE_NAME", "")
-    )
-    parser.add_argument(
-        "--mock-gpus",
-        type=Path,
-        default=env("MOCK_GPUS", "") or None,
-        help="mock GPU file instead of NVML",
+        "--mock-gpus", type=Path, env="MOCK_GPUS", help="mock GPU file instead of NVML"
     )
     parser.add_argument(
         "--config",
         type=Path,
-        default=env("PLUGIN_CONFIG", "") or None,
+        env="PLUGIN_CONFIG",
         help="node config file (splitCount, memoryScaling, coreScaling, filterDevices), watched",
     )
-    parser.add_argument("--split-count", type=int, default=int(env("DEVICE_SPLIT_COUNT", "10")))
-    parser.add_argument(
-        "--memory-scaling", type=float, default=float(env("DEVICE_MEMORY_SCALING", "1"))
-    )
-    parser.add_argument(
-        "--core-scaling", type=float, default=float(env("DEVICE_CORE_SCALING", "1"))
-    )
+    parser.add_argument("--split-count", type=int, env="DEVICE_SPLIT_COUNT", default=10)
+    parser.add_argument("--memory-scaling", type=float, env="DEVICE_MEMORY_SCALING", default=1.0)
+    parser.add_argument("--core-scaling", type=float, env="DEVICE_CORE_SCALING", default=1.0)
     parser.add_argument(
         "--vgpu-dir",
-        default=env("VGPU_HOST_DIR", "/usr/local/vgpu"),
+        env="VGPU_HOST_DIR",
+        default="/usr/local/vgpu",
         help="host dir of libvgpu.so, ld.so.preload and the cache dirs",
     )
-
     parser.add_argument(
         "--lock-dir",
-        default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"),
+        env="VGPU_LOCK_DIR",
+        default="/tmp/vgpulock",
         help="host lock dir mounted into containers (made by install-libvgpu)",
     )
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+
+def build_parser() -> EnvArgumentParser:
+    parser = EnvArgumentParser(
         prog="dra-driver",
         description="Shared-GPU Kubernetes driver (HAMi-compatible, DRA and device plugin).",
     )
@@ -214,11 +208,24 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit status: 0 placed, 1 refused everywhere, 2 bad input."
         ),
     )
-    explain.add_argument("-i", "--inventory", type=Path, help="inventory file (YAML or JSON)")
-    explain.add_argument("-w", "--workload", type=Path, help="Pod or ResourceClaim manifest")
-    explain.add_argument("-o", "--output", choices=("text", "json"), default="text")
     explain.add_argument(
-        "--print-schema", action="store_true", help="print the inventory JSON Schema and exit"
+        "-i",
+        "--inventory",
+        type=Path,
+        env="EXPLAIN_INVENTORY",
+        help="inventory file (YAML or JSON)",
+    )
+    explain.add_argument(
+        "-w", "--workload", type=Path, env="EXPLAIN_WORKLOAD", help="Pod or ResourceClaim manifest"
+    )
+    explain.add_argument(
+        "-o", "--output", choices=("text", "json"), env="EXPLAIN_OUTPUT", default="text"
+    )
+    explain.add_argument(
+        "--print-schema",
+        action="store_true",
+        env="EXPLAIN_PRINT_SCHEMA",
+        help="print the inventory JSON Schema and exit",
     )
     explain.set_defaults(handler=_explain)
 
@@ -227,18 +234,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve libvgpu usage and host GPU metrics (hami_*) for Prometheus",
         description="Export hami_* metrics from libvgpu shared-region files and NVML.",
     )
-    monitor.add_argument("--host", default=env("MONITOR_HOST", "0.0.0.0"))
-    monitor.add_argument("--port", type=int, default=int(env("MONITOR_PORT", "9394")))
+    monitor.add_argument("--host", env="MONITOR_HOST", default="0.0.0.0")
+    monitor.add_argument("--port", type=int, env="MONITOR_PORT", default=9394)
     monitor.add_argument(
         "--cache-root",
-        default=env("VGPU_CACHE_ROOT", "/usr/local/vgpu"),
+        env="VGPU_CACHE_ROOT",
+        default="/usr/local/vgpu",
         help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
     )
-    monitor.add_argument("--node-name", default=env("NODE_NAME", ""))
+    monitor.add_argument("--node-name", env="NODE_NAME", default="")
     monitor.add_argument(
         "--legacy-metrics",
         action="store_true",
-        default=env("MONITOR_LEGACY_METRICS", "false").lower() == "true",
+        env="MONITOR_LEGACY_METRICS",
         help="also export HAMi's pre-v2.9 metric names (HostGPUMemoryUsage, ...)",
     )
     add_process_args(monitor)
@@ -253,45 +261,50 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_node_gpu_args(plugin)
-    plugin.add_argument("--driver", default=env("DRIVER_NAME", "vgpu.hami.io"))
+    plugin.add_argument("--driver", env="DRIVER_NAME", default="vgpu.hami.io")
     plugin.add_argument(
         "--registry-dir",
         type=Path,
-        default=Path(env("KUBELET_REGISTRY_DIR", "/var/lib/kubelet/plugins_registry")),
+        env="KUBELET_REGISTRY_DIR",
+        default="/var/lib/kubelet/plugins_registry",
     )
     plugin.add_argument(
         "--plugin-dir",
         type=Path,
-        default=env("KUBELET_PLUGIN_DIR", "") or None,
-        help="dra.sock and checkpoint (default /var/lib/kubelet/plugins/<driver>)",
+        env="KUBELET_PLUGIN_DIR",
+        help="dra.sock and checkpoint; none: /var/lib/kubelet/plugins/<driver>",
     )
-    plugin.add_argument("--cdi-dir", type=Path, default=Path(env("CDI_DIR", "/var/run/cdi")))
+    plugin.add_argument("--cdi-dir", type=Path, env="CDI_DIR", default="/var/run/cdi")
     plugin.add_argument(
         "--controller-allocated",
         action=argparse.BooleanOptionalAction,
-        default=env("CONTROLLER_ALLOCATED", "false") == "true",
+        env="CONTROLLER_ALLOCATED",
+        default=False,
         help="taint devices so only the HAMi-policy controller allocates them",
     )
     plugin.add_argument(
         "--library-log-level",
-        default=env("LIBRARY_LOG_LEVEL", "WARNING"),
+        env="LIBRARY_LOG_LEVEL",
+        default="WARNING",
         help="level of the grpc and watchfiles loggers, kept out of --log-level DEBUG",
     )
     plugin.add_argument(
         "--nvidia-cdi-prefix",
-        default=env("NVIDIA_CDI_PREFIX", "") or None,
+        env="NVIDIA_CDI_PREFIX",
         help="e.g. nvidia.com/gpu: return the NVIDIA CDI device, omit device nodes",
     )
-    plugin.add_argument("--metrics-host", default=env("METRICS_HOST", "0.0.0.0"))
+    plugin.add_argument("--metrics-host", env="METRICS_HOST", default="0.0.0.0")
     plugin.add_argument(
         "--metrics-port",
         type=int,
-        default=int(env("METRICS_PORT", "9396")),
+        env="METRICS_PORT",
+        default=9396,
         help="Prometheus /metrics port; 0 disables it",
     )
     plugin.add_argument(
         "--remove-slices",
         action="store_true",
+        env="REMOVE_SLICES",
         help="uninstall: delete this node's ResourceSlices of the driver and exit",
     )
     add_process_args(plugin)
@@ -307,23 +320,26 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     _add_node_gpu_args(device_plugin)
-    device_plugin.add_argument("--resource-name", default=env("RESOURCE_NAME", "nvidia.com/gpu"))
+    device_plugin.add_argument("--resource-name", env="RESOURCE_NAME", default="nvidia.com/gpu")
     device_plugin.add_argument(
         "--device-plugin-dir",
         type=Path,
-        default=Path(env("DEVICE_PLUGIN_DIR", "/var/lib/kubelet/device-plugins")),
+        env="DEVICE_PLUGIN_DIR",
+        default="/var/lib/kubelet/device-plugins",
         help="kubelet's device-plugins directory (kubelet.sock)",
     )
     device_plugin.add_argument(
         "--disable-core-limit",
         action=argparse.BooleanOptionalAction,
-        default=env("DISABLE_CORE_LIMIT", "false") == "true",
+        env="DISABLE_CORE_LIMIT",
+        default=False,
         help="GPU_CORE_UTILIZATION_POLICY=disable for every container (HAMi's flag)",
     )
     device_plugin.add_argument(
         "--register-interval",
         type=float,
-        default=float(env("REGISTER_INTERVAL", "30")),
+        env="REGISTER_INTERVAL",
+        default=30.0,
         help="seconds between checks of the node register annotation",
     )
     add_process_args(device_plugin)
@@ -337,16 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
             "(atomic replace), write ld.so.preload, create the lock dir."
         ),
     )
-    install.add_argument(
-        "--source", default=env("LIBVGPU_SOURCE", "/usr/local/lib/hami/libvgpu.so")
-    )
-    install.add_argument("--host-dir", default=env("LIBVGPU_HOST_DIR", "/usr/local/vgpu"))
+    install.add_argument("--source", env="LIBVGPU_SOURCE", default="/usr/local/lib/hami/libvgpu.so")
+    install.add_argument("--host-dir", env="LIBVGPU_HOST_DIR", default="/usr/local/vgpu")
     install.add_argument(
         "--container-library-path",
-        default=env("LIBVGPU_CONTAINER_PATH", "/usr/local/vgpu/libvgpu.so"),
+        env="LIBVGPU_CONTAINER_PATH",
+        default="/usr/local/vgpu/libvgpu.so",
         help="the library path written into ld.so.preload (as containers see it)",
     )
-    install.add_argument("--lock-dir", default=env("VGPU_LOCK_DIR", "/tmp/vgpulock"))
+    install.add_argument("--lock-dir", env="VGPU_LOCK_DIR", default="/tmp/vgpulock")
     install.set_defaults(handler=_install_libvgpu)
 
     simulate = commands.add_parser(
@@ -364,28 +379,37 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument(
         "--mode",
         choices=("dra", "dra-scheduler-allocated", "legacy"),
+        env="SIMULATE_MODE",
         default="dra",
-        help="dra: the controller allocates (default); dra-scheduler-allocated: "
+        help="dra: the controller allocates; dra-scheduler-allocated: "
         "kube-scheduler does; legacy: device-plugin path",
     )
     simulate.add_argument(
         "--scenario",
         type=Path,
         action="append",
+        env="SIMULATE_SCENARIOS",
         help="YAML file of DeviceClasses, ResourceClaimTemplates, ResourceClaims and Pods "
-        "(repeatable; default: the bundled examples/)",
+        "(repeatable); none: the bundled examples/",
     )
-    simulate.add_argument("--nodes", type=int, default=3)
-    simulate.add_argument("--gpus-per-node", type=int, default=4)
+    simulate.add_argument("--nodes", type=int, env="SIMULATE_NODES", default=3)
+    simulate.add_argument("--gpus-per-node", type=int, env="SIMULATE_GPUS_PER_NODE", default=4)
     simulate.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds to wait for pods to settle"
+        "--timeout",
+        type=float,
+        env="SIMULATE_TIMEOUT",
+        default=30.0,
+        help="seconds to wait for pods to settle",
     )
     simulate.add_argument(
         "--work-dir",
         type=Path,
+        env="SIMULATE_WORK_DIR",
         help="keep the nodes' files (CDI specs, sockets, cache dirs) here; keep the path short",
     )
-    simulate.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    simulate.add_argument(
+        "-o", "--output", choices=("text", "json"), env="SIMULATE_OUTPUT", default="text"
+    )
     simulate.set_defaults(handler=_simulate)
 
     status = commands.add_parser(
@@ -397,15 +421,20 @@ def build_parser() -> argparse.ArgumentParser:
             "with their last failure reason."
         ),
     )
-    status.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
-    status.add_argument("--node", help="only this node's GPUs")
-    status.add_argument("--namespace", "-n", help="only shares and claims in this namespace")
-    status.add_argument("--driver", default=env("DRIVER_NAME", "vgpu.hami.io"))
+    status.add_argument(
+        "-o", "--output", choices=("text", "json", "yaml"), env="STATUS_OUTPUT", default="text"
+    )
+    status.add_argument("--node", env="STATUS_NODE", help="only this node's GPUs")
+    status.add_argument(
+        "--namespace", "-n", env="STATUS_NAMESPACE", help="only shares and claims in this namespace"
+    )
+    status.add_argument("--driver", env="DRIVER_NAME", default="vgpu.hami.io")
     status.add_argument(
         "--kubeconfig",
         type=Path,
-        default=os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config",
-        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)",
+        env="KUBECONFIG",
+        default=Path.home() / ".kube" / "config",
+        help="kubeconfig file",
     )
     status.set_defaults(handler=_status)
 
@@ -414,8 +443,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="liveness probe: ask grpc.health.v1 over a component's own unix sockets",
         description="Exit 0 when every socket answers SERVING; else print why and exit 1.",
     )
-    healthcheck.add_argument("--socket", type=Path, action="append", required=True)
-    healthcheck.add_argument("--timeout", type=float, default=3.0, help="seconds per socket")
+    healthcheck.add_argument(
+        "--socket",
+        type=Path,
+        action="append",
+        required=True,
+        env="HEALTHCHECK_SOCKETS",
+        help="a component's gRPC unix socket (repeatable)",
+    )
+    healthcheck.add_argument(
+        "--timeout", type=float, env="HEALTHCHECK_TIMEOUT", default=3.0, help="seconds per socket"
+    )
     healthcheck.set_defaults(handler=_healthcheck)
     certs = commands.add_parser(
         "certs",
@@ -426,32 +464,35 @@ def build_parser() -> argparse.ArgumentParser:
             "caBundle of the named MutatingWebhookConfigurations. Safe to rerun."
         ),
     )
-    certs.add_argument("--namespace", default=env("POD_NAMESPACE", "vgpu-system"))
-    certs.add_argument("--service", default="vgpu-legacy-scheduler")
-    certs.add_argument("--secret", default="vgpu-legacy-scheduler-tls")
+    certs.add_argument("--namespace", env="POD_NAMESPACE", default="vgpu-system")
+    certs.add_argument("--service", env="CERTS_SERVICE", default="vgpu-legacy-scheduler")
+    certs.add_argument("--secret", env="CERTS_SECRET", default="vgpu-legacy-scheduler-tls")
     certs.add_argument(
         "--webhook",
         action="append",
+        env="CERTS_WEBHOOKS",
         help="MutatingWebhookConfiguration to patch (repeatable)",
     )
-    certs.add_argument("--validity-days", type=int, default=3650)
+    certs.add_argument("--validity-days", type=int, env="CERTS_VALIDITY_DAYS", default=3650)
     certs.add_argument(
         "--out-dir",
         type=Path,
+        env="CERTS_OUT_DIR",
         help="write ca.crt, tls.crt, tls.key here instead of a Secret (no API calls)",
     )
     certs.add_argument(
         "--san",
         action="append",
+        env="CERTS_SANS",
         default=[],
         help="with --out-dir: DNS:<host name> or IP:<address> the certificate names (repeatable)",
     )
-    certs.add_argument("--cluster-domain", default=env("CLUSTER_DOMAIN", "cluster.local"))
+    certs.add_argument("--cluster-domain", env="CLUSTER_DOMAIN", default="cluster.local")
     certs.add_argument(
         "--kubeconfig",
         type=Path,
-        default=os.environ.get("KUBECONFIG"),
-        help="kubeconfig file (default: in-cluster service account)",
+        env="KUBECONFIG",
+        help="kubeconfig file; none: the in-cluster service account",
     )
     certs.set_defaults(handler=_certs)
     from controller.legacy.command import add_legacy_parsers

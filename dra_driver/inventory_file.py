@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.hami_annotations import (
@@ -33,6 +32,7 @@ from dra_driver.engine.model import (
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.yaml_files import read_yaml_document
 
 
 class _Strict(BaseModel):
@@ -132,18 +132,8 @@ def inventory_schema() -> dict[str, Any]:
     return InventorySpec.model_json_schema(by_alias=True)
 
 
-def read_document(path: Path) -> Any:
-    """Parse a YAML or JSON file (JSON is YAML); errors name the file."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise InvalidParameterError(str(path), f"not valid YAML or JSON: {error}") from None
-
-
 def load_inventory(path: Path, vendors: VendorRegistry) -> Inventory:
-    return build_inventory(read_document(path), vendors, source=str(path))
+    return build_inventory(read_yaml_document(path), vendors, source=str(path))
 
 
 def build_inventory(document: Any, vendors: VendorRegistry, source: str = "inventory") -> Inventory:
