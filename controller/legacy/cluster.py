@@ -35,7 +35,7 @@ from controller.legacy.inventory import (
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
 from controller.legacy.quota import namespace_usage, quota_limits
 from dra_driver.engine.engine import Engine
-from dra_driver.engine.model import DeviceUsage
+from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.requests import PodRequest
 from dra_driver.errors import DriverError
@@ -178,7 +178,13 @@ class ClusterState:
         return self._engine
 
     def _build_engine(self) -> Engine:
-        nodes = [entry.node for entry in self.inventory.values() if entry.node is not None]
+        return self.engine_for(
+            [entry.node for entry in self.inventory.values() if entry.node is not None]
+        )
+
+    def engine_for(self, nodes: list[Node]) -> Engine:
+        """An engine over these nodes with the usage and quotas this cache knows (the
+        nodes a full-Nodes Filter was sent, which the cache may never have seen)."""
         usage: dict[str, dict[str, DeviceUsage]] = {}
         for allocation in self.allocations.values():
             per_node = usage.setdefault(allocation.placement.node, {})
@@ -272,14 +278,18 @@ class ClusterState:
             self._handshakes.put_nowait(name)
         self._reread(node)
 
-    def _reread(self, node: Mapping[str, Any]) -> None:
-        entry = read_node(
+    def read(self, node: Mapping[str, Any]) -> NodeInventory:
+        """A Node object read with this scheduler's vendor, clock and health rules."""
+        return read_node(
             node,
             self.vendor.resources.count,
             self.vendor.name,
             self.clock(),
             self.settings.handshake_timeout,
         )
+
+    def _reread(self, node: Mapping[str, Any]) -> None:
+        entry = self.read(node)
         if entry.problem and entry.register_value is not None:
             log.warning("node unusable", extra={"node": entry.name, "reason": entry.problem})
         if self.inventory.get(entry.name) == entry:

@@ -213,10 +213,18 @@ class Extender:
         return usable, failed
 
     def _simulate(self, request: PodRequest, args: FilterArgs) -> dict[str, Any]:
-        """Full-Nodes requests: decide, change nothing (HAMi's simulation path)."""
-        usable, failed = self._split(args.candidates)
+        """Full-Nodes requests: decide, change nothing (HAMi's simulation path).
+
+        kube-scheduler sends the nodes when nodeCacheCapable is false, and
+        cluster-autoscaler sends template nodes no watch has shown: each is read
+        from the object sent (its register annotation), with the usage the cache
+        knows for that name.
+        """
+        entries = [self.state.read(node) for node in args.nodes or []]
+        failed = {entry.name: entry.problem for entry in entries if entry.node is None}
+        engine = self.state.engine_for([entry.node for entry in entries if entry.node])
         try:
-            decision = self.state.engine().decide(request, usable)
+            decision = engine.decide(request, [entry.name for entry in entries if entry.node])
         except InvalidParameterError as error:
             return filter_answer(error=f"pod {_pod_name(args.pod)}: {error}")
         failed.update(decision.failures)

@@ -22,6 +22,7 @@ from legacy_fixtures import (
     gpu_uuid,
     legacy_scheduler,
     pods_path,
+    register_value,
     wait_for_nodes,
 )
 
@@ -177,6 +178,29 @@ async def test_full_nodes_request_is_a_side_effect_free_simulation(cluster) -> N
         assert len(result.feasible) == 1
         assert server_api.faults.count("/pods", verb="PATCH") == patches
         assert server.state.allocations == {}
+
+
+async def test_full_nodes_are_read_from_the_objects_sent_not_only_the_cache(cluster) -> None:
+    """cluster-autoscaler's template node: never created, so no watch has shown it."""
+    _, client = cluster
+    await add_gpu_node(client, "known", memory=2048)
+    template = {
+        "metadata": {
+            "name": "template-gpu-node",
+            "annotations": {NODE_NVIDIA_REGISTER: register_value("template-gpu-node")},
+        },
+        "status": {"allocatable": {"nvidia.com/gpu": "20"}},
+    }
+    unregistered = {"metadata": {"name": "template-plain-node"}}
+    async with legacy_scheduler(client) as server, extender_client(server, False) as scheduler:
+        await wait_for_nodes(server, "known")
+        pod = await create_pod(client, gpu_pod("scale-up", NS, gpumem=3000))
+        known = await node_objects(client, "known")
+        result = await scheduler.filter(pod, [*known, template, unregistered])
+        assert "template-gpu-node" not in server.state.inventory
+        assert server.state.allocations == {}
+    assert result.feasible == ["template-gpu-node"]
+    assert result.failed["template-plain-node"] == "node unregistered"
 
 
 async def test_bind_releases_the_lock_and_answers_error_when_binding_fails(cluster) -> None:
