@@ -13,7 +13,6 @@ from dra_driver.kube.rest import KubeClient
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, Taint
-from libvgpu.monitor import MetricsServer
 from libvgpu.settings import LibvgpuPaths
 
 ALLOCATION_TAINT_KEY = "allocation"
@@ -68,6 +67,8 @@ async def serve_kubelet_plugin(
             if metrics_address is None:
                 await stop.wait()
             else:
+                from libvgpu.monitor import MetricsServer  # aiohttp.web only when serving
+
                 async with MetricsServer(registry, *metrics_address):
                     await stop.wait()
     finally:
