@@ -15,10 +15,9 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
-from kubernetes.aio import client as aio_client
-from kubernetes.aio import config as aio_config
 
 from dra_driver.errors import DriverError, TransientError
+from dra_driver.kube.asyncio_client import aio_client, aio_config
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
