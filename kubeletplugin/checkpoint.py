@@ -20,7 +20,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from dra_driver.atomic_file import write_atomically
 from dra_driver.errors import DriverError
+
+CHECKPOINT_MODE = 0o600
+"""Only the plugin reads its checkpoint: it names every prepared claim and pod."""
 
 CHECKPOINT_VERSION = 1
 
@@ -146,23 +150,6 @@ def decode_checkpoint(raw: bytes) -> Checkpoint:
         raise CheckpointError(f"checkpoint is not readable: {error!r}") from None
 
 
-def write_atomically(path: Path, content: bytes, mode: int = 0o600) -> None:
-    """Replace `path` with `content` so readers see the old or the new file, never a part."""
-    temp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, content)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
-
-
 class CheckpointFile:
     """Load and store the checkpoint at `path`, owned by one plugin process.
 
@@ -191,7 +178,7 @@ class CheckpointFile:
 
     def store(self, checkpoint: Checkpoint) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomically(self.path, encode_checkpoint(checkpoint))
+        write_atomically(self.path, encode_checkpoint(checkpoint), CHECKPOINT_MODE)
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

@@ -17,10 +17,11 @@ import hashlib
 import os
 import stat
 import sys
-import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
+from dra_driver.atomic_file import write_atomically
 from dra_driver.errors import DriverError
 from libvgpu.elf import ET_DYN, ElfFormatError, ElfIdentity, elf_identity, parse_elf
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LIBRARY_NAME, PRELOAD_NAME
@@ -111,31 +112,10 @@ def _digest_of_file(path: str) -> str | None:
         return None
 
 
-def write_atomically(path: str, content: bytes, mode: int) -> None:
-    """Temp file in the same directory, fsync, rename, fsync the directory."""
-    directory = os.path.dirname(path) or "."
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
-
-
 def _install_file(path: str, content: bytes, mode: int) -> bool:
     if _digest_of_file(path) == hashlib.sha256(content).hexdigest():
         return False
-    write_atomically(path, content, mode)
+    write_atomically(Path(path), content, mode)
     return True
 
 
