@@ -39,6 +39,22 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[None]]) -> None:
             await task
 
 
+async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait until `event` is set, at most `timeout_s` seconds (None: no limit); True
+    when it was set.
+
+    Not `asyncio.wait_for(event.wait(), timeout_s)`: on Python 3.11 that returns
+    normally when a cancellation lands just after the event was set, so a loop around
+    it runs on and whoever cancelled it (`cancel_and_wait` at shutdown) waits forever.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
     """Run `main(stop)` on a fresh loop; SIGINT/SIGTERM only set `stop`."""
 

@@ -38,7 +38,7 @@ from api.hami_annotations import NODE_NVIDIA_REGISTER, NODE_NVIDIA_SCORE
 from dra_driver.errors import DriverError
 from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.runtime import cancel_and_wait, wait_event
 from kubeletplugin.deviceplugin.allocator import NODES, PodAllocator
 from kubeletplugin.deviceplugin.devices import (
     kubelet_devices,
@@ -328,5 +328,4 @@ class DevicePlugin:
                     extra={"node": self.settings.node_name, "error": str(error)},
                 )
                 delay = self.settings.retry_interval_s
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._annotation_due.wait(), delay)
+            await wait_event(self._annotation_due, delay)
