@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
+from dra_driver.kube.rest import KubeClient, NotFoundError, TransientApiError
 from dra_driver.sim.apiserver import APIServer
+
+HELD = "/api/v1/namespaces/default/configmaps/held"
 
 
 @pytest.fixture
@@ -69,3 +73,23 @@ def test_requests_are_counted_by_path_and_verb(server: APIServer, api: ApiClient
         core.read_namespaced_config_map("counted", ns)
     assert server.faults.count(f"/namespaces/{ns}/configmaps/counted$", verb="GET") == 3
     assert server.faults.count(f"/namespaces/{ns}/configmaps", verb="POST") == 1
+
+
+async def test_a_hung_request_is_ended_only_by_its_clients_timeout(tmp_path: Path) -> None:
+    """No answer ever comes, so the client's timeout fires however slow the machine is."""
+    async with APIServer() as own:
+        kubeconfig = own.write_kubeconfig(tmp_path / "kubeconfig")
+        impatient = await KubeClient.from_kubeconfig(kubeconfig, request_timeout=0.2)
+        patient = await KubeClient.from_kubeconfig(kubeconfig)
+        try:
+            rule = own.faults.hang("/namespaces/default/configmaps/held$", verb="GET")
+            with pytest.raises(TransientApiError) as error:
+                await impatient.get(HELD)
+            with pytest.raises(NotFoundError):
+                await patient.get(HELD)  # served: the rule held one request only
+        finally:
+            await impatient.aclose()
+            await patient.aclose()
+    assert error.value.reason == "ConnectionError"
+    assert "Timeout" in error.value.message
+    assert rule.hits == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import math
 import re
 import threading
 from collections import Counter
@@ -35,7 +36,7 @@ class FaultRule:
 
 
 class FaultInjector:
-    """The handle tests hold: `fail`, `delay`, `drop_watches`, `count`, `reset`."""
+    """The handle tests hold: `fail`, `delay`, `hang`, `drop_watches`, `count`, `reset`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -80,6 +81,12 @@ class FaultInjector:
         with self._lock:
             self._rules.append(rule)
         return rule
+
+    def hang(self, path: str = "", *, verb: str | None = None, times: int = 1) -> FaultRule:
+        """Never answer the next `times` matching requests: each is held until its client
+        gives up (its own timeout closes the connection) or the server stops. Unlike a
+        delay, no answer can ever win the race against the client's timeout."""
+        return self.delay(path, verb=verb, seconds=math.inf, times=times)
 
     def reset(self) -> None:
         with self._lock:

@@ -22,6 +22,8 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from dra_driver.runtime import wait_event
+
 from . import audit, discovery
 from .cluster import Cluster, check_dry_run
 from .controllers import Controllers
@@ -107,6 +109,8 @@ class APIServer:
         self._controllers: Controllers | None = None
         self._runner: web.AppRunner | None = None
         self._port = 0
+        self._closing = asyncio.Event()
+        """Set by `aclose`: requests held by a delay or hang fault are served then."""
 
     @property
     def url(self) -> str:
@@ -114,6 +118,7 @@ class APIServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        self._closing = asyncio.Event()
         self._storage = Storage(
             self.registry, self.settings.watch_history, self.settings.watch_history_s
         )
@@ -141,6 +146,7 @@ class APIServer:
             self._controllers.close()
             self._controllers = None
         self._drop_watches(None)
+        self._closing.set()
         await self._runner.cleanup()
         self._runner = None
 
@@ -194,7 +200,7 @@ class APIServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         delay_s, injected = self.faults.admit(request.method, request.path_qs)
         if delay_s:
-            await asyncio.sleep(delay_s)
+            await wait_event(self._closing, delay_s)
         if injected is not None:
             return _error_response(injected)
         try:
