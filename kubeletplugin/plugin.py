@@ -38,7 +38,7 @@ from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dr
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.node_config import load_node_config
 from kubeletplugin.prepare_plan import DeviceCapacity
-from kubeletplugin.preparer import ClaimPreparer, PreparerSettings
+from kubeletplugin.preparer import CLAIM_READ_TIMEOUT_S, ClaimPreparer, PreparerSettings
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, build_device, device_name
 from libvgpu.cache_dirs import CacheDirSettings
@@ -71,6 +71,8 @@ class PluginSettings:
     cache_dirs: CacheDirSettings = field(default_factory=CacheDirSettings)
     with_device_nodes: bool = True
     nvidia_cdi_prefix: str | None = None
+    claim_read_timeout_s: float = CLAIM_READ_TIMEOUT_S
+    """Longest wait for one claim read while preparing, seconds (why 20: preparer.py)."""
 
     @property
     def driver(self) -> str:
@@ -143,6 +145,7 @@ class KubeletPlugin:
                 with_device_nodes=settings.with_device_nodes and backend.has_device_nodes,
                 dev_dir=settings.dev_dir,
                 nvidia_cdi_prefix=settings.nvidia_cdi_prefix,
+                claim_read_timeout_s=settings.claim_read_timeout_s,
             ),
             client,
             lambda: self._capacities,

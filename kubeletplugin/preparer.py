@@ -76,6 +76,12 @@ class PrepareResult:
     """`namespace/name` of the pods that reserved the claim, for the log."""
 
 
+CLAIM_READ_TIMEOUT_S = 20.0
+"""Well inside kubelet's 45 s NodePrepareResources deadline: a claim read that hangs
+fails that claim alone, with a message saying so, and leaves the claim's other work
+(pod reads, CDI spec, checkpoint) time to finish before kubelet gives up on the call."""
+
+
 @dataclass(frozen=True, slots=True)
 class PreparerSettings:
     driver: str
@@ -88,6 +94,8 @@ class PreparerSettings:
     """Where the host's device nodes are, as the container runtime sees them."""
     nvidia_cdi_prefix: str | None = None
     """e.g. `nvidia.com/gpu`: also return `<prefix>=<uuid>` for each device."""
+    claim_read_timeout_s: float = CLAIM_READ_TIMEOUT_S
+    """Longest wait for the API server to answer one claim read, seconds."""
 
 
 def checked_ref(ref: ClaimRef) -> ClaimRef:
@@ -313,12 +321,18 @@ class ClaimPreparer:
             f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaims", ref.name
         )
         who = f"{ref.namespace}/{ref.name} ({ref.uid})"
+        timeout_s = self.settings.claim_read_timeout_s
         try:
-            claim = await self.client.get(path)
+            async with asyncio.timeout(timeout_s):
+                claim = await self.client.get(path)
         except NotFoundError:
             raise InvalidParameterError("claim", f"claim {who} does not exist") from None
         except ApiError as error:
             raise DriverError(f"cannot read claim {who}: {error}") from error
+        except TimeoutError:
+            raise DriverError(
+                f"cannot read claim {who}: the API server did not answer within {timeout_s:g} s"
+            ) from None
         if (claim.get("metadata") or {}).get("uid") != ref.uid:
             raise InvalidParameterError(
                 "claim.uid",
