@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +26,28 @@ LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
-def elector(client: KubeClient, identity: str) -> LeaderElector:
+def elector(
+    client: KubeClient, identity: str, clock: Callable[[], float] = time.monotonic
+) -> LeaderElector:
     settings = LeaderSettings(
         NAMESPACE, "lock", identity, lease_duration_s=1.0, renew_deadline_s=0.6, retry_period_s=0.1
     )
-    return LeaderElector(client, settings)
+    return LeaderElector(client, settings, clock)
+
+
+class CandidateClock:
+    """A candidate's clock, moved by the test: still while the leader renews (a slow
+    renewal never looks like an expired lease), then a lease duration further at every
+    reading (the lease it last saw has expired, whenever it last looked)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.running = False
+
+    def __call__(self) -> float:
+        if self.running:
+            self.now += 2.0
+        return self.now
 
 
 @pytest.fixture
@@ -46,7 +64,10 @@ async def test_one_leader_at_a_time_and_a_takeover_after_the_lease_expires(api) 
     _, client = api
     leases = Informer(client, LEASES)
     watching = asyncio.create_task(leases.run())
-    first, second = elector(client, "first"), elector(client, "second")
+    # The leader's clock stands still: however slow its renewals, none misses the deadline.
+    second_clock = CandidateClock()
+    first = elector(client, "first", clock=lambda: 0.0)
+    second = elector(client, "second", clock=second_clock)
     leading: list[str] = []
     forever = asyncio.Event()
 
@@ -73,7 +94,8 @@ async def test_one_leader_at_a_time_and_a_takeover_after_the_lease_expires(api) 
         assert leading == ["first"] and not second.is_leader.is_set()
         first_task.cancel()
         await asyncio.gather(first_task, return_exceptions=True)
-        async with asyncio.timeout(5):
+        second_clock.running = True
+        async with asyncio.timeout(10):
             await second.is_leader.wait()
         lease = await client.get(f"{LEASES}/lock")
         second_task.cancel()
