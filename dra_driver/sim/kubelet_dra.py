@@ -298,8 +298,10 @@ class KubeletDRA:
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     info = entry.stat(follow_symlinks=False)
+                    # mtime, not ctime: a plugin's chmod after bind is no new socket
+                    # (kubelet ignores chmod events), a socket made again is.
                     if stat.S_ISSOCK(info.st_mode):
-                        yield Path(entry.path), (info.st_ino, info.st_ctime_ns)
+                        yield Path(entry.path), (info.st_ino, info.st_mtime_ns)
 
     async def _register(self, path: Path) -> bool:
         """Run the registration handshake; False means retry at the next scan."""
