@@ -373,3 +373,29 @@ async def test_a_restarted_kubelet_registers_again_but_does_not_prepare_again(ro
     assert plugin.rpcs().count("v1.NodePrepareResources") == 1
     assert second.slice_wipes == [f"spec.nodeName={NODE}"]
     assert second.cdi_ids == {}
+
+
+async def test_a_chmod_of_a_registered_socket_keeps_the_plugin_registered(root: Path) -> None:
+    """The kubelet plugin chmods its socket after binding it; a scan that saw the socket
+    before the chmod once took the chmod for a new socket and cancelled in-flight calls."""
+    plugin = await started(ProbePlugin(root, ["v1.DRAPlugin"]))
+    sentinel = ProbePlugin(root, ["v1.DRAPlugin"], plugin_type="Sentinel")
+    sentinel.reg_socket = root / "plugins_registry" / "sentinel-reg.sock"
+    sentinel.dra_socket = root / "plugins" / "sentinel" / "dra.sock"
+    try:
+        async with KubeletDRA(settings(root), api_client=None) as kubelet:
+            before = await kubelet.wait_registered(DRIVER)
+            plugin.reg_socket.chmod(0o600)
+            await sentinel.start()
+            kubelet.rescan()
+            # The scan that rejects the sentinel has also looked at the chmodded socket.
+            await kubelet.wait_rejected(1)
+            after = kubelet.plugins.get(DRIVER)
+            wipe_pending = kubelet.wipe_pending(DRIVER)
+    finally:
+        await sentinel.stop()
+        await plugin.stop()
+
+    assert after is before
+    assert not wipe_pending
+    assert plugin.rpcs().count("GetInfo") == 1
