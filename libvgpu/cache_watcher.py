@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from watchfiles import Change, awatch
 
+from dra_driver.runtime import wait_event
 from libvgpu.cache_files import CacheFiles
 from libvgpu.cache_paths import CacheFileKey, cache_file_key
 
@@ -86,8 +87,7 @@ class CacheWatcher:
                 await self._watch()
             except Exception:
                 log.exception("watching %s failed; retrying", self._root)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self._settings.retry_delay_s)
+                await wait_event(self._stop, self._settings.retry_delay_s)
 
     async def _watch(self) -> None:
         live = False

@@ -17,7 +17,6 @@ Reference: hami-protocol.md §4.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.node_lock import NodeLockBusyError
 from dra_driver.pod_workloads import pod_request
+from dra_driver.runtime import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,7 @@ class Extender:
                     "bind waits for the node lock",
                     extra={"node": args.node, "pod": args.pod_name, "lock": error.reason},
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(remaining, LOCK_RECHECK_S))
+            await wait_event(changed, min(remaining, LOCK_RECHECK_S))
 
     async def _bind(self, args: BindArgs) -> None:
         path = _pods_path(args.pod_namespace, args.pod_name)

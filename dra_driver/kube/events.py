@@ -83,7 +83,8 @@ class EventRecorder:
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._queue.join(), timeout=2.0)
+            async with asyncio.timeout(2.0):
+                await self._queue.join()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task

@@ -50,6 +50,7 @@ from dra_driver.node_predicates import (
 )
 from dra_driver.pod_claims import pod_claim_names
 from dra_driver.resource_api import DELETE_PROTECTION
+from dra_driver.runtime import wait_event
 from dra_driver.sim.admission import quantity_value
 from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
 
@@ -569,8 +570,7 @@ class DRAScheduler:
             live = {p["metadata"]["uid"] for p in pending}
             for uid in [u for u in backoff if u not in live]:
                 del backoff[uid]
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.settings.poll_interval)
+            await wait_event(stop, self.settings.poll_interval)
 
     async def schedule(self, namespace: str, name: str) -> SchedulingOutcome:
         """One scheduling cycle for the pod; the outcome is also written to the pod."""

@@ -554,7 +554,4 @@ class APIServer:
             watcher.ready.clear()
             wakeups = [t for t in (deadline, next_bookmark) if t is not None]
             wait_s = min(wakeups) - now if wakeups else None
-            try:
-                await asyncio.wait_for(watcher.ready.wait(), wait_s)
-            except TimeoutError:
-                continue
+            await wait_event(watcher.ready, wait_s)
