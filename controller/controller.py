@@ -37,18 +37,18 @@ from controller.claim_writes import (
     allocation_of,
     reservations_of,
 )
-from controller.decide import NoFit, PodAllocation, bounded_message, decide_pod
+from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.inventory import (
     Inventory,
     PublishedDevice,
     build_inventory,
-    duplicate_uuid_notes,
     quota_ledger,
     usage_by_node,
 )
 from controller.metrics import ControllerMetrics, QuotaRecord, ShareRecord, ViewSnapshot
 from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
+from controller.uuid_reports import report_duplicate_uuids
 from dra_driver.api_time import api_time
 from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
 from dra_driver.engine.engine import Engine, EngineSettings
@@ -83,7 +83,6 @@ FILTERING_FAILED = "FilteringFailed"
 INVALID_PARAMETERS = "InvalidParameters"
 WRITE_FAILED = "AllocationWriteFailed"
 MOVED = "AllocationMoved"
-DUPLICATE_UUID = "DuplicateDeviceUUID"
 STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
 """kube-scheduler's DRA messages for claims it saw unallocated (a cycle that raced us)."""
 SNAPSHOT_PERIOD_S = 1.0
@@ -486,7 +485,9 @@ class Controller:
             self._context = None
             live = {device.cache_key for device in self.inventory.by_key.values()}
             self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
-            self._report_duplicate_uuids(previous_duplicates)
+            report_duplicate_uuids(
+                self.recorder, self.inventory.duplicate_uuids, previous_duplicates, self.nodes.get
+            )
         if not self._usage_dirty:
             return
         claims = self.effective_claims()
@@ -498,23 +499,6 @@ class Controller:
             quota=quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors),
         )
         self._usage_dirty = False
-
-    def _report_duplicate_uuids(self, previous: Mapping[str, tuple[str, ...]]) -> None:
-        """A uuid newly on more than one device: a warning, and an event on each node
-        that has one. Allocation stays safe (a device is known by node and uuid), but
-        the GPU discovery behind it (a shared mock file, a cloned VM) needs fixing."""
-        notes = duplicate_uuid_notes(self.inventory.duplicate_uuids, previous)
-        if not notes:
-            return
-        log.warning(
-            "device uuids published by more than one device",
-            extra={"uuids": len(self.inventory.duplicate_uuids), "nodes": sorted(notes)[:20]},
-        )
-        for name, note in notes.items():
-            node = self.nodes.get(name) or {"metadata": {"name": name}}
-            self.recorder.emit(
-                involved_object(node, "Node", "v1"), WARNING, DUPLICATE_UUID, bounded_message(note)
-            )
 
     def _update_gauges(self, now: float) -> None:
         pending = 0

@@ -34,11 +34,13 @@ from controller.legacy.inventory import (
 )
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
 from controller.legacy.quota import namespace_usage, quota_limits
+from controller.uuid_reports import report_duplicate_uuids
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.requests import PodRequest
 from dra_driver.errors import DriverError
+from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Informer, InformerSettings, object_key
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
 from dra_driver.runtime import cancel_and_wait
@@ -90,11 +92,14 @@ class ClusterState:
         clock: Callable[[], datetime] = _now,
         informer_settings: InformerSettings | None = None,
         write_handshakes: bool = True,
+        events: EventRecorder | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
         self.clock = clock
         self.write_handshakes = write_handshakes
+        self.events = events
+        """Where node warnings go (device uuids registered twice); None: the log only."""
         """The extender plays the scheduler's part of the handshake; a webhook-only
         process reads nodes for nothing and must not write to them."""
         self.vendors = settings.vendors()
@@ -295,12 +300,11 @@ class ClusterState:
         if self.inventory.get(entry.name) == entry:
             return
         self.inventory[entry.name] = entry
-        repeats = self.uuids.update(entry.name, entry.registered_ids)
-        if repeats:
-            log.warning(
-                "device uuid registered more than once; each node counts one card per uuid",
-                extra={"node": entry.name, "uuids": repeats},
-            )
+        previous_duplicates = self.uuids.duplicates()
+        self.uuids.update(entry.name, entry.registered_ids)
+        report_duplicate_uuids(
+            self.events, self.uuids.duplicates(), previous_duplicates, self.nodes.get
+        )
         if entry.node is None:
             self.usable.discard(entry.name)
         else:

@@ -111,12 +111,12 @@ class LegacyServer:
         self.client = client
         self.settings = settings
         self.serve = serve
-        self.state = state or ClusterState(client, settings, write_handshakes=serve.extender)
+        events = EventRecorder(client, EventSettings(component=settings.scheduler_name))
+        self.state = state or ClusterState(
+            client, settings, write_handshakes=serve.extender, events=events
+        )
         self.extender = Extender(
-            client,
-            self.state,
-            NodeLocker(client, timeout=settings.node_lock_timeout),
-            EventRecorder(client, EventSettings(component=settings.scheduler_name)),
+            client, self.state, NodeLocker(client, timeout=settings.node_lock_timeout), events
         )
         self.registry = CollectorRegistry()
         self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))

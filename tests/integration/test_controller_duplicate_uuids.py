@@ -23,7 +23,8 @@ from controller_cluster import (
 )
 from prometheus_client import CollectorRegistry
 
-from controller.controller import DUPLICATE_UUID, FILTERING_FAILED
+from controller.controller import FILTERING_FAILED
+from controller.uuid_reports import DUPLICATE_UUID
 from kubeletplugin.gpus import GpuInfo
 
 NODES = ("node-a", "node-b")

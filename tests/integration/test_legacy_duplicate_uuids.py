@@ -1,17 +1,19 @@
 """Legacy mode with nodes that register the same uuids (one mock file for every node, a
 cloned VM) and a uuid listed twice on a node: Filter charges each pod to its own node's
 card, a repeated uuid on a node is one card, so no card is given more than it has, and
-/metrics reports the repeats."""
+/metrics reports the repeats and each node gets a warning event."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 from legacy_fixtures import (
+    WAIT_S,
     add_gpu_node,
     add_namespace,
     base_url,
@@ -29,7 +31,10 @@ from api.hami_annotations import (
     decode_pod_devices,
     encode_node_devices,
 )
+from controller.uuid_reports import DUPLICATE_UUID
+from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.runtime import cancel_and_wait
 from dra_driver.sim.apiserver import APIServer
 
 NS = "gpu-test"
@@ -76,6 +81,8 @@ async def test_shared_uuids_are_charged_per_node_and_reported(client: KubeClient
         ):
             text = await response.text()
         pods = (await client.list(f"/api/v1/namespaces/{NS}/pods"))["items"]
+        warned = await _nodes_warned(client)
+    assert warned == set(NODES)
     used: dict[tuple[str, str], int] = {}
     for pod in pods:
         annotations: dict[str, Any] = pod["metadata"].get("annotations") or {}
@@ -94,3 +101,25 @@ async def test_shared_uuids_are_charged_per_node_and_reported(client: KubeClient
         if line.startswith("vgpu_device_uuid_duplicates{")
     }
     assert duplicates == {"GPU-clone-0": 4.0, "GPU-clone-1": 2.0}
+
+
+async def _nodes_warned(client: KubeClient) -> set[str]:
+    """The nodes with a DuplicateDeviceUUID Warning, once every node has one."""
+    events = Informer(client, "/api/v1/events")
+
+    def nodes(store: Mapping[str, dict[str, Any]]) -> set[str]:
+        return {
+            event["involvedObject"]["name"]
+            for event in store.values()
+            if event.get("reason") == DUPLICATE_UUID
+            and event.get("type") == "Warning"
+            and event["involvedObject"].get("kind") == "Node"
+        }
+
+    watching = asyncio.create_task(events.run())
+    try:
+        async with asyncio.timeout(WAIT_S):
+            await events.wait_for(lambda store: nodes(store) >= set(NODES))
+        return nodes(events.store)
+    finally:
+        await cancel_and_wait([watching])
