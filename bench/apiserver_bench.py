@@ -28,7 +28,7 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
-from dra_driver.sim.apiserver import run_in_thread
+from simulator.apiserver import run_in_thread
 
 NAMESPACE = "default"
 

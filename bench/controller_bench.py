@@ -31,9 +31,9 @@ from typing import Any
 
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.apiserver import run_in_thread
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
+from simulator.apiserver import run_in_thread
 
 DRIVER = "vgpu.hami.io"
 CLASS = "nvidia.vgpu.hami.io"

@@ -49,9 +49,9 @@ from dra_driver.engine.engine import Engine
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.node_lock import read_lock
-from dra_driver.pod_workloads import pod_request
-from dra_driver.sim.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
+from dra_driver.objects.node_lock import read_lock
+from dra_driver.objects.pod_workloads import pod_request
+from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
 
 NS = "bench"
 BURST_NS = "burst"

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from dra_driver.kube.rest import ApiError, KubeClient
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/default/leases/vgpu-hami-io-controller"

@@ -22,12 +22,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
+from simulator.apiserver import APIServer
+from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
 
 DRIVER = "vgpu.hami.io"
 NODE = "node-a"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NewType
 
 from cdi.errors import InvalidCdiNameError
-from dra_driver.names import UUID_PATTERN, is_dns_label, is_uuid
+from dra_driver.objects.names import UUID_PATTERN, is_dns_label, is_uuid
 
 CDI_VENDOR = "k8s.vgpu.hami.io"
 """`k8s.<driver>`, the per-claim convention of dra-example-driver and the NVIDIA/HAMi drivers."""

@@ -21,7 +21,7 @@ from api.quantity import MIB, QuantityError, format_quantity, parse_quantity
 from controller.inventory import Inventory, PublishedDevice, capacity_value
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Placement
-from dra_driver.node_predicates import round_up_request
+from dra_driver.objects.node_predicates import round_up_request
 
 CAPACITY_REFUSED = "CapacityRequestPolicyNotFit"
 """Reason for a device whose requestPolicy cannot serve the rounded request."""

@@ -22,7 +22,7 @@ from typing import Any
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
-from dra_driver.resource_api import DELETE_PROTECTION, RESOURCE_API
+from dra_driver.objects.resource_api import DELETE_PROTECTION, RESOURCE_API
 
 
 def claim_path(namespace: str, name: str) -> str:

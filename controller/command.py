@@ -8,9 +8,9 @@ import socket
 from typing import Any
 
 from controller.settings import ControllerSettings
-from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
-from dra_driver.cli_args import add_process_args, add_scheduler_policy_args
+from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 from dra_driver.kube.leader import LeaderSettings
+from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
 
 DEFAULT_METRICS_PORT = 9395
 """HAMi's scheduler serves its metrics on :9395."""
@@ -94,7 +94,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
 def _run(args: argparse.Namespace) -> int:
     from controller.service import serve_controller
-    from dra_driver.runtime import configure_logging, run_until_signalled
+    from dra_driver.process.runtime import configure_logging, run_until_signalled
 
     configure_logging(args.log_level)
     settings = settings_from_args(args)

@@ -49,8 +49,6 @@ from controller.metrics import ControllerMetrics, QuotaRecord, ShareRecord, View
 from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
 from controller.uuid_reports import report_duplicate_uuids
-from dra_driver.api_time import api_time
-from dra_driver.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.vendors import VendorRegistry
@@ -59,14 +57,16 @@ from dra_driver.kube.assume import AssumeCache
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
-from dra_driver.node_predicates import (
+from dra_driver.objects.api_time import api_time
+from dra_driver.objects.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
+from dra_driver.objects.node_predicates import (
     TERMINAL_PHASES,
     node_refusal,
     pod_resource_requests,
     requests_total,
 )
-from dra_driver.pod_claims import pod_claim_names
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.process.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,13 @@
 """A pending pod's unallocated claims -> the engine requests to try, in order. Pure.
 
-`dra_driver.claim_workloads.claim_request` turns one `exactly`-only claim into
+`dra_driver.objects.claim_workloads.claim_request` turns one `exactly`-only claim into
 engine requests (capacity requests and VGPUConfig). This module adds what a
 DRA allocator needs around it:
 
 - `firstAvailable`: every combination of subrequests, first preferred, each
   written as an `exactly` request; results are named `<request>/<subrequest>`.
 - CEL selectors of the DeviceClass and the request: evaluated per published
-  device through the shared `dra_driver.dra_cel` evaluator (results cached
+  device through the shared `dra_driver.objects.dra_cel` evaluator (results cached
   per slice generation) and handed to the engine as a uuid filter, so HAMi's
   fit rules, scores and reasons stay the engine's.
 - `matchAttribute` constraints: one variant per attribute value, restricted
@@ -28,7 +28,6 @@ from typing import Any
 from api import hami_annotations as keys
 from api.vgpu_config import VGPUConfig, VGPUConfigError, parse_vgpu_config
 from controller.inventory import Inventory, PublishedDevice
-from dra_driver.claim_workloads import claim_request
 from dra_driver.engine.requests import (
     ContainerRequest,
     DeviceRequest,
@@ -37,6 +36,7 @@ from dra_driver.engine.requests import (
 )
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.claim_workloads import claim_request
 
 MAX_VARIANTS = 64
 """Combinations tried per pod (firstAvailable x matchAttribute); later ones are dropped."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from dra_driver.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.kube.informer import InformerSettings
+from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
 
 ALLOCATION_TAINT_KEY = "vgpu.hami.io/allocation"
 """The kubelet plugin's `--controller-allocated` device taint (value `controller`)."""

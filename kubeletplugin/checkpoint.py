@@ -20,8 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from dra_driver.atomic_file import write_atomically
 from dra_driver.errors import DriverError
+from dra_driver.process.atomic_file import write_atomically
 
 CHECKPOINT_MODE = 0o600
 """Only the plugin reads its checkpoint: it names every prepared claim and pod."""

@@ -27,10 +27,10 @@ from api.generated import pluginregistration_pb2_grpc
 from cdi.naming import DEFAULT_CDI_DIR
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError
-from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from dra_driver.process.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
 from kubeletplugin.gpu_sources import open_gpu_backend, watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend

@@ -31,8 +31,8 @@ from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
-from dra_driver.names import is_dns_label, is_dns_subdomain
-from dra_driver.pod_claims import container_claim_entries, container_claims, reserving_pods
+from dra_driver.objects.names import is_dns_label, is_dns_subdomain
+from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from dra_driver.errors import InvalidParameterError
-from dra_driver.names import is_dns_label, is_uuid
+from dra_driver.objects.names import is_dns_label, is_uuid
 from libvgpu.settings import LibvgpuPaths
 
 CLAIMS_DIR = "claims"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from watchfiles import Change, awatch
 
-from dra_driver.runtime import wait_event
+from dra_driver.process.runtime import wait_event
 from libvgpu.cache_files import CacheFiles
 from libvgpu.cache_paths import CacheFileKey, cache_file_key
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from dra_driver.atomic_file import write_atomically
 from dra_driver.errors import DriverError
+from dra_driver.process.atomic_file import write_atomically
 from libvgpu.elf import ET_DYN, ElfFormatError, ElfIdentity, elf_identity, parse_elf
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LIBRARY_NAME, PRELOAD_NAME
 

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.process.runtime import cancel_and_wait
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
 from libvgpu.monitor import MonitorSettings, VgpuMonitor
 from libvgpu.owners import ClaimIndex, ClaimResolver, CombinedResolver, LegacyPodResolver, PodIndex

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from dra_driver.pod_claims import reserving_pods
+from dra_driver.objects.pod_claims import reserving_pods
 from libvgpu.cache_paths import CacheFileKey, CacheOwnerKind
 
 WATCH_ADDED = "ADDED"

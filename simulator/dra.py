@@ -24,13 +24,13 @@ from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
-from dra_driver.runtime import cancel_and_wait
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.claim_templates import ClaimTemplateController
-from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
+from dra_driver.process.runtime import cancel_and_wait
+from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
 from simulator.nodes import SimNode, start_node, stop_nodes
 from simulator.settings import Mode, SimulationSettings
+from simulator.standins.claim_templates import ClaimTemplateController
+from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
 
 SCHEDULER_POLL_S = 0.05
 SCHEDULER_INITIAL_BACKOFF_S = 0.1

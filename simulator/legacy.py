@@ -22,17 +22,17 @@ import yaml
 from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.admission import AdmissionClient, WebhookConfig
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.kubelet_deviceplugin import ContainerRequest, KubeletDevicePlugin
-from dra_driver.sim.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
 from dra_driver.status.command import StatusSettings, fetch_status
 from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.slices import SliceSettings
+from simulator.apiserver import APIServer
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
 from simulator.report import ContainerReport, PodReport, SimulationReport
 from simulator.settings import SimulationSettings, work_root
+from simulator.standins.admission import AdmissionClient, WebhookConfig
+from simulator.standins.kubelet_deviceplugin import ContainerRequest, KubeletDevicePlugin
+from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
 from simulator.workloads import Workload, apply_workloads
 
 RESOURCE = "nvidia.com/gpu"

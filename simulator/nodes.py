@@ -17,12 +17,12 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.kubelet_dra import KubeletDRA, KubeletDRASettings
-from dra_driver.sim.kubelet_pods import KubeletPods
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
 from simulator.settings import ClusterShape
+from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
+from simulator.standins.kubelet_pods import KubeletPods
 
 GPU_NODE_LABEL = "vgpu.hami.io/gpu-node"
 CONTROLLER_TAINT = Taint("vgpu.hami.io/allocation", "controller")

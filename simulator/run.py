@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from dra_driver.kube.rest import KubeClient
-from dra_driver.pod_claims import pod_claim_names
+from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.status.command import StatusSettings, fetch_status
 from dra_driver.status.model import newest_warning
 from simulator.dra import DraCluster, dra_cluster

@@ -9,8 +9,8 @@ from typing import Any
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
-from dra_driver.resource_api import RESOURCE_API
-from dra_driver.yaml_files import read_yaml_documents
+from dra_driver.objects.resource_api import RESOURCE_API
+from dra_driver.objects.yaml_files import read_yaml_documents
 
 
 @dataclass(frozen=True, slots=True)

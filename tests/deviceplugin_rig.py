@@ -22,16 +22,16 @@ from api.hami_annotations import (
     ContainerDevice,
     encode_pod_devices,
 )
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.kubelet_deviceplugin import KubeletDevicePlugin
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from kubeletplugin.gpus import GpuBackend, MockBackend
 from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings
+from simulator.apiserver import APIServer
 from simulator.nodes import install_libvgpu_files
+from simulator.standins.kubelet_deviceplugin import KubeletDevicePlugin
 
 NODE = "node-dp"
 RESOURCE = "nvidia.com/gpu"

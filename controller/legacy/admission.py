@@ -30,7 +30,7 @@ from controller.legacy.config import CorePolicy, LegacySettings
 from dra_driver.engine.quota import NamespaceQuota
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
-from dra_driver.pod_workloads import admission_limits
+from dra_driver.objects.pod_workloads import admission_limits
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"

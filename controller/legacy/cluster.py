@@ -43,7 +43,7 @@ from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Informer, InformerSettings, object_key
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.process.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dra_driver.cli_args import add_process_args, add_scheduler_policy_args
+from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 
 ROLES = {
     "extender": (True, False, "the kube-scheduler extender (/filter, /bind)"),
@@ -85,7 +85,7 @@ def run_legacy(args: argparse.Namespace) -> int:
     from dra_driver.engine.engine import EngineSettings
     from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
     from dra_driver.errors import InvalidParameterError
-    from dra_driver.runtime import configure_logging, run_until_signalled
+    from dra_driver.process.runtime import configure_logging, run_until_signalled
 
     configure_logging(args.log_level)
     parse_gpu_policy(args.gpu_scheduler_policy)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from dra_driver.engine.engine import EngineSettings
 from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter, VendorRegistry
 from dra_driver.errors import InvalidParameterError
-from dra_driver.node_lock import DEFAULT_LOCK_TIMEOUT
+from dra_driver.objects.node_lock import DEFAULT_LOCK_TIMEOUT
 
 DEFAULT_SCHEDULER_NAME = "hami-scheduler"
 """The chart's `--scheduler-name`."""

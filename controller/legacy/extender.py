@@ -37,9 +37,9 @@ from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_obje
 from dra_driver.kube.informer import object_key
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.node_lock import NodeLockBusyError
-from dra_driver.pod_workloads import pod_request
-from dra_driver.runtime import wait_event
+from dra_driver.objects.node_lock import NodeLockBusyError
+from dra_driver.objects.pod_workloads import pod_request
+from dra_driver.process.runtime import wait_event
 
 log = logging.getLogger(__name__)
 

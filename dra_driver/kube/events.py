@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.api_time import api_time
 from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
+from dra_driver.objects.api_time import api_time
 
 log = logging.getLogger(__name__)
 

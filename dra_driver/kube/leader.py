@@ -23,9 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dra_driver.api_time import micro_time
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ApiError, ConflictError, KubeClient, NotFoundError, object_path
+from dra_driver.objects.api_time import micro_time
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Taking and releasing HAMi's node lock on the API server.
 
-The rules are in `dra_driver.node_lock` (pure); this module reads the node,
+The rules are in `dra_driver.objects.node_lock` (pure); this module reads the node,
 asks whether a contending holder still exists, and writes with the node's
 resourceVersion as precondition, so two writers never both believe they hold
 the lock. A conflict or a lost answer is retried a few times with doubling
@@ -25,7 +25,7 @@ from dra_driver.kube.rest import (
     TransientApiError,
     object_path,
 )
-from dra_driver.node_lock import (
+from dra_driver.objects.node_lock import (
     DEFAULT_LOCK_TIMEOUT,
     LockState,
     NodeLockBusyError,

@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 
 from dra_driver.kube.rest import KubeClient
-from dra_driver.resource_api import RESOURCE_API
+from dra_driver.objects.resource_api import RESOURCE_API
 from dra_driver.status.model import ClusterStatus, StatusFilter, build_status
 from dra_driver.status.render import render_data, render_text
 

@@ -21,7 +21,7 @@ from api.hami_annotations import (
     decode_pod_devices,
 )
 from api.quantity import MIB, QuantityError, to_bytes_ceil
-from dra_driver.pod_claims import pod_claim_names, reserving_pods
+from dra_driver.objects.pod_claims import pod_claim_names, reserving_pods
 
 DRA = "dra"
 LEGACY = "legacy"

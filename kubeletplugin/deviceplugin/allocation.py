@@ -30,7 +30,7 @@ from api.hami_annotations import (
 )
 from api.quantity import MIB
 from dra_driver.errors import DriverError
-from dra_driver.node_lock import NodeLockError, read_lock
+from dra_driver.objects.node_lock import NodeLockError, read_lock
 from kubeletplugin.gpus import GpuInfo
 from libvgpu.cache_paths import CacheLocation
 from libvgpu.container_edits import CorePolicy, DeviceShare, ShareSet

@@ -36,9 +36,9 @@ from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from api.hami_annotations import NODE_NVIDIA_REGISTER, NODE_NVIDIA_SCORE
 from dra_driver.errors import DriverError
-from dra_driver.grpc_tasks import stop_grpc_server
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.runtime import cancel_and_wait, wait_event
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from dra_driver.process.runtime import cancel_and_wait, wait_event
 from kubeletplugin.deviceplugin.allocator import NODES, PodAllocator
 from kubeletplugin.deviceplugin.devices import (
     kubelet_devices,

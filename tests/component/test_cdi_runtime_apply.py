@@ -14,7 +14,7 @@ from cdi_applier import CdiApplyError, SpecWriteWatch, apply_devices
 
 from cdi.spec import ClaimDeviceEdits, build_claim_spec
 from cdi.writer import CdiSpecWriter
-from dra_driver.pod_claims import container_claims, reserving_pods
+from dra_driver.objects.pod_claims import container_claims, reserving_pods
 from kubeletplugin.host_files import HostSetupError, check_libvgpu_files, host_device_nodes
 from libvgpu.container_edits import ContainerEdits, EnvVar, Mount
 from libvgpu.settings import LibvgpuPaths

@@ -20,11 +20,11 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from dra_driver.certs import WEBHOOKS, CertsSettings, ensure_certificates
 from dra_driver.cli import EXIT_BAD_INPUT, main
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
+from dra_driver.tls.certs import WEBHOOKS, CertsSettings, ensure_certificates
+from simulator.apiserver import APIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK_FILE = ROOT / "deploy/components/legacy-scheduler/mutatingwebhookconfiguration.yaml"

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.apiserver.audit import RECORDED, ApiCall
+from simulator.apiserver import APIServer
+from simulator.apiserver.audit import RECORDED, ApiCall
 
 
 async def test_each_call_is_recorded_under_its_component_with_rbac_verbs(tmp_path: Path) -> None:

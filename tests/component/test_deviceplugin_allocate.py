@@ -22,12 +22,12 @@ from api.hami_annotations import (
     ContainerDevice,
 )
 from api.quantity import MIB
-from dra_driver.sim.kubelet_deviceplugin import AdmissionRejectedError, ContainerRequest
 from kubeletplugin.claim_layout import build_claim_edits, plan_views
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.prepare_plan import ClaimPlan, DeviceGrant
 from libvgpu.cache_paths import legacy_cache_location
 from libvgpu.container_edits import CorePolicy
+from simulator.standins.kubelet_deviceplugin import AdmissionRejectedError, ContainerRequest
 
 
 def device(uuid: str, memory: int, cores: int = 0) -> ContainerDevice:

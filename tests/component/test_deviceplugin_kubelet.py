@@ -17,9 +17,9 @@ from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from api.hami_annotations import NODE_HANDSHAKE, NODE_NVIDIA_REGISTER, decode_node_devices
 from dra_driver.errors import DriverError
-from dra_driver.sim.kubelet_deviceplugin import KubeletDevicePlugin
 from kubeletplugin.gpus import NvmlBackend
 from kubeletplugin.xid import XID_CRITICAL_ERROR
+from simulator.standins.kubelet_deviceplugin import KubeletDevicePlugin
 
 GIB = 1 << 30
 

@@ -9,8 +9,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from dra_driver.cli import main
-from dra_driver.grpc_tasks import stop_grpc_server
-from dra_driver.healthcheck import check_sockets
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from dra_driver.process.healthcheck import check_sockets
 
 
 async def serve_health(path: Path, status: int) -> grpc.aio.Server:

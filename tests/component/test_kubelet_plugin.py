@@ -25,17 +25,17 @@ from prometheus_client import CollectorRegistry
 from api.generated import dra_health_v1alpha1_pb2 as health_pb2
 from api.generated import dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from cdi.naming import CDI_KIND
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
-from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 from kubeletplugin.checkpoint import decode_checkpoint
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
 from kubeletplugin.service import LIBRARY_LOGGERS, quiet_library_loggers
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
+from simulator.apiserver import APIServer
+from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
+from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
 
 DRIVER = "vgpu.hami.io"
 NODE = "node-a"

@@ -8,9 +8,9 @@ from test_kubelet_plugin import CLAIMS, DRIVER, NODE, Node, allocation, node, re
 
 from cdi.resolve import ResolvedEdits
 from dra_driver.kube.rest import object_path
-from dra_driver.pod_claims import container_claim_entries
-from dra_driver.sim.kubelet_dra import ClaimRef
-from dra_driver.sim.kubelet_pods import container_cdi_ids
+from dra_driver.objects.pod_claims import container_claim_entries
+from simulator.standins.kubelet_dra import ClaimRef
+from simulator.standins.kubelet_pods import container_cdi_ids
 
 __all__ = ["node"]
 

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from dra_driver.cli import EXIT_BAD_INPUT, main
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 READY_LINE = "legacy scheduler serving"
 WAIT_S = 60.0

@@ -18,10 +18,10 @@ from test_monitor_http import (
 )
 
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
 from libvgpu.host_gpus import StaticHostBackend
 from libvgpu.monitor import MonitorSettings
 from libvgpu.monitor_service import MonitorService
+from simulator.apiserver import APIServer
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/team-a/resourceclaims"
 ALLOCATION = {

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from wire_fixtures import FIXTURES, load_fixture
 
 from dra_driver.errors import InvalidParameterError
-from dra_driver.sim.admission import (
+from simulator.standins.admission import (
     AdmissionClient,
     JSONPatchError,
     WebhookConfig,

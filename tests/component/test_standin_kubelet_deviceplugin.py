@@ -17,8 +17,8 @@ from wire_fixtures import load_fixture
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
-from dra_driver.grpc_tasks import stop_grpc_server
-from dra_driver.sim.kubelet_deviceplugin import (
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from simulator.standins.kubelet_deviceplugin import (
     AdmissionRejectedError,
     ContainerRequest,
     KubeletDevicePlugin,

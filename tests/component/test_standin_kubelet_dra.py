@@ -19,8 +19,8 @@ from api.generated import dra_health_v1alpha1_pb2_grpc as health_grpc
 from api.generated import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
-from dra_driver.grpc_tasks import stop_grpc_server
-from dra_driver.sim.kubelet_dra import (
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from simulator.standins.kubelet_dra import (
     ClaimRef,
     KubeletDRA,
     KubeletDRASettings,

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import web
 from wire_fixtures import FIXTURES, load_fixture
 
-from dra_driver.sim.scheduler_extender import (
+from simulator.standins.scheduler_extender import (
     ExtenderConfig,
     SchedulerExtenderClient,
     error_backoff,

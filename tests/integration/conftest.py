@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiClient
 
-from dra_driver.sim.apiserver import APIServer, run_in_thread
+from simulator.apiserver import APIServer, run_in_thread
 
 
 @pytest.fixture(scope="module")

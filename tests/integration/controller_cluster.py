@@ -20,11 +20,11 @@ from controller.settings import ControllerSettings
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import DRAScheduler, SchedulerSettings
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, Taint
+from simulator.apiserver import APIServer
+from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
 
 DRIVER = "vgpu.hami.io"
 CLASS = "nvidia.vgpu.hami.io"

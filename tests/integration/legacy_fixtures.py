@@ -29,8 +29,8 @@ from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.node_lock import read_lock
-from dra_driver.sim.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
+from dra_driver.objects.node_lock import read_lock
+from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
 
 NODES = "/api/v1/nodes"
 GPU_MEMORY_MIB = 16384

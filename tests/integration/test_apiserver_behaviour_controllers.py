@@ -15,8 +15,8 @@ from cluster_waits import not_ready_tainted, wait_schedulable, watch_until
 from kubernetes import client, config
 from kubernetes.client import ApiClient
 
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import DRAScheduler
+from simulator.apiserver import APIServer
+from simulator.standins.dra_scheduler import DRAScheduler
 
 DRIVER = "gpu.example.com"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"

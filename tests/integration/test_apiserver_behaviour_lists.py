@@ -13,7 +13,7 @@ from api_refusals import refusal, send
 from kubernetes import client, config, watch
 from kubernetes.client import ApiClient
 
-from dra_driver.sim.apiserver import APIServerSettings, run_in_thread
+from simulator.apiserver import APIServerSettings, run_in_thread
 
 
 def _events(stream: Iterator[dict]) -> list[tuple[str, str]]:

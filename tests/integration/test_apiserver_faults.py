@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient, ApiException
 
 from dra_driver.kube.rest import KubeClient, NotFoundError, TransientApiError
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 HELD = "/api/v1/namespaces/default/configmaps/held"
 

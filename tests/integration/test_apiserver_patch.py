@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 MERGE = "application/merge-patch+json"
 

@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServerSettings, run_in_thread
+from simulator.apiserver import APIServerSettings, run_in_thread
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client import ApiClient, ApiException
 
-from dra_driver.sim.apiserver import APIServer, APIServerSettings, run_in_thread
+from simulator.apiserver import APIServer, APIServerSettings, run_in_thread
 
 SAFETY_TIMEOUT_S = 30
 

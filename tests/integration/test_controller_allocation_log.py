@@ -19,7 +19,7 @@ from controller_cluster import (
     results,
 )
 
-from dra_driver.runtime import KeyValueFormatter
+from dra_driver.process.runtime import KeyValueFormatter
 
 ALLOCATED = "claims allocated"
 

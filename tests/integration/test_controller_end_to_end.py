@@ -26,14 +26,14 @@ from controller_cluster import (
 )
 from prometheus_client import CollectorRegistry
 
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
 from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
+from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
 
 MOCK_GPUS = """
 gpus:

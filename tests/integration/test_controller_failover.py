@@ -23,7 +23,7 @@ from controller_cluster import (
 
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.apiserver import APIServer, run_in_thread
+from simulator.apiserver import APIServer, run_in_thread
 
 LEASE_NAME = "vgpu-failover-test"
 PODS_PER_WAVE = 20

@@ -19,8 +19,8 @@ from dra_driver.kube.events import WARNING, EventRecorder, EventSettings, involv
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.leader import LeaderElector, LeaderSettings, LeadershipLostError
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.apiserver.registry import RESOURCES, Registry
+from simulator.apiserver import APIServer
+from simulator.apiserver.registry import RESOURCES, Registry
 
 LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
 MICRO_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")

@@ -15,7 +15,7 @@ from kubernetes_validate.utils import SchemaNotFoundError
 
 from controller.legacy.config import parse_device_config
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 SCHEMA_VERSIONS = ("1.35.0", "1.37.0")
 """The oldest release the DRA path supports and the newest schemas installed."""

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from rbac_audit_scope import missing_suite_files
 
-from dra_driver.sim.apiserver.audit import RECORDED, ApiCall
+from simulator.apiserver.audit import RECORDED, ApiCall
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -15,7 +15,7 @@ from dra_driver.kube.rest import (
     TransientApiError,
     object_path,
 )
-from dra_driver.sim.apiserver import APIServer, APIServerSettings
+from simulator.apiserver import APIServer, APIServerSettings
 
 CONFIGMAPS = "/api/v1/namespaces/default/configmaps"
 

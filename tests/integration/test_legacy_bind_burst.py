@@ -32,8 +32,8 @@ from api.hami_annotations import BIND_PHASE, NODE_LOCK, BindPhase
 from controller.legacy.config import LegacySettings
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
+from simulator.apiserver import APIServer
+from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
 
 NS = "burst"
 NODE = "gpu-node"

@@ -44,9 +44,9 @@ from api.hami_annotations import (
 from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.admission import AdmissionClient, WebhookConfig
-from dra_driver.sim.kubelet_deviceplugin import ContainerRequest
-from dra_driver.sim.scheduler_extender import SCHEDULER_ERROR
+from simulator.standins.admission import AdmissionClient, WebhookConfig
+from simulator.standins.kubelet_deviceplugin import ContainerRequest
+from simulator.standins.scheduler_extender import SCHEDULER_ERROR
 
 NS = "gpu-test"
 USER = {"username": "admin", "groups": ["system:masters", "system:authenticated"]}

@@ -40,8 +40,8 @@ from api.hami_annotations import (
 )
 from controller.legacy.config import LegacySettings
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.scheduler_extender import SCHEDULER_ERROR
+from simulator.apiserver import APIServer
+from simulator.standins.scheduler_extender import SCHEDULER_ERROR
 
 NS = "burst"
 NODES = [f"gpu-node-{i}" for i in range(4)]

@@ -34,8 +34,8 @@ from api.hami_annotations import (
 from controller.uuid_reports import DUPLICATE_UUID
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.runtime import cancel_and_wait
-from dra_driver.sim.apiserver import APIServer
+from dra_driver.process.runtime import cancel_and_wait
+from simulator.apiserver import APIServer
 
 NS = "gpu-test"
 NODES = ("n1", "n2")

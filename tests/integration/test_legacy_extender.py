@@ -39,8 +39,8 @@ from api.hami_annotations import (
 )
 from controller.legacy.config import LegacySettings
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.scheduler_extender import (
+from simulator.apiserver import APIServer
+from simulator.standins.scheduler_extender import (
     SCHEDULER_ERROR,
     UNSCHEDULABLE,
     ExtenderCallError,

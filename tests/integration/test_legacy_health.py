@@ -24,7 +24,7 @@ from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 NS = "health"
 START = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)

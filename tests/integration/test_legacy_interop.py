@@ -25,7 +25,7 @@ from legacy_fixtures import (
 
 from api.hami_annotations import USE_GPU_TYPE, VGPU_DEVICES_ALLOCATED, VGPU_NODE
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
 
 NS = "interop"
 T4_0 = "GPU-8a7d2f9c-3b1e-4c55-9d0a-1e2f3a4b5c6d"

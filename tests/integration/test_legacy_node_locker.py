@@ -12,8 +12,8 @@ from legacy_fixtures import add_gpu_node, add_namespace, create_pod, gpu_pod, po
 from api.hami_annotations import NODE_LOCK
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.node_lock import NodeLockError
-from dra_driver.sim.apiserver import APIServer
+from dra_driver.objects.node_lock import NodeLockError
+from simulator.apiserver import APIServer
 
 NS = "locks"
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)

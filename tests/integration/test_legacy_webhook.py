@@ -21,8 +21,8 @@ from wire_fixtures import load_fixture
 from api.hami_annotations import VGPU_DEVICES_ALLOCATED, VGPU_NODE
 from controller.legacy.config import LegacySettings, parse_device_config
 from dra_driver.kube.rest import KubeClient
-from dra_driver.sim.admission import AdmissionClient, WebhookConfig
-from dra_driver.sim.apiserver import APIServer
+from simulator.apiserver import APIServer
+from simulator.standins.admission import AdmissionClient, WebhookConfig
 
 NS = "gpu-test"
 ROOT = Path(__file__).resolve().parents[2]

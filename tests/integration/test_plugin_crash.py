@@ -23,11 +23,11 @@ import pytest
 from cdi_applier import apply_spec_files
 from prometheus_client.parser import text_string_to_metric_families
 
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings, PluginCallError
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 from kubeletplugin.checkpoint import decode_checkpoint
+from simulator.apiserver import APIServer
+from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings, PluginCallError
 
 DRIVER = "vgpu.hami.io"
 NODE = "node-a"

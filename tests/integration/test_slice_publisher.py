@@ -12,7 +12,6 @@ import pytest
 
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
-from dra_driver.sim.apiserver import APIServer
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.publisher import (
     NODES,
@@ -22,6 +21,7 @@ from kubeletplugin.publisher import (
     SlicePublisher,
 )
 from kubeletplugin.slices import SliceSettings, slice_name
+from simulator.apiserver import APIServer
 
 NODE = "node-a"
 DRIVER = "vgpu.hami.io"

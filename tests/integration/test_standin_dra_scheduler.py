@@ -12,9 +12,9 @@ import pytest
 from cluster_waits import wait_schedulable
 from kubernetes import client, config
 
-from dra_driver.node_predicates import node_selector_matches
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import DRAScheduler, fit_failure, pod_untolerated_taint
+from dra_driver.objects.node_predicates import node_selector_matches
+from simulator.apiserver import APIServer
+from simulator.standins.dra_scheduler import DRAScheduler, fit_failure, pod_untolerated_taint
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"

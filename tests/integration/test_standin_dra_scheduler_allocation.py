@@ -15,18 +15,18 @@ from cluster_waits import wait_schedulable
 from kubernetes import client, config, watch
 
 from api.quantity import parse_quantity
-from dra_driver.dra_cel import CelEvaluationError
 from dra_driver.errors import InvalidParameterError
-from dra_driver.node_predicates import round_up_request
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.dra_scheduler import (
+from dra_driver.objects.dra_cel import CelEvaluationError
+from dra_driver.objects.node_predicates import round_up_request
+from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
+from simulator.apiserver import APIServer
+from simulator.standins.dra_scheduler import (
     DELETE_PROTECTION,
     DRAScheduler,
     SchedulerSettings,
     selectors_matcher,
 )
-from kubeletplugin.gpus import GpuInfo
-from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
 
 DRIVER = "vgpu.hami.io"
 NAMESPACE = "default"

@@ -15,9 +15,9 @@ from kubernetes import client, config
 
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
-from dra_driver.grpc_tasks import stop_grpc_server
-from dra_driver.sim.apiserver import APIServer
-from dra_driver.sim.kubelet_dra import KubeletDRA, KubeletDRASettings
+from dra_driver.process.grpc_tasks import stop_grpc_server
+from simulator.apiserver import APIServer
+from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
 
 NODE = "node-k1"
 DRIVER = "probe.example.com"

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from api.vgpu_config import parse_vgpu_config
-from dra_driver.claim_workloads import claim_request
 from dra_driver.cli import main
 from dra_driver.engine.requests import MEMORY_PERCENT_UNSET
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.claim_workloads import claim_request
 
 VENDORS = VendorRegistry()
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

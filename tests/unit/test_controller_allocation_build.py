@@ -16,7 +16,7 @@ from controller.allocation import (
 )
 from controller.inventory import PublishedDevice
 from controller.requests import ClaimVariant
-from dra_driver.node_predicates import round_up_request
+from dra_driver.objects.node_predicates import round_up_request
 
 GI = 1 << 30
 RANGE = {"validRange": {"min": "256Mi", "max": "80Gi", "step": "256Mi"}}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dra_driver.node_predicates import node_refusal, requests_total
+from dra_driver.objects.node_predicates import node_refusal, requests_total
 
 
 def node(**spec: Any) -> dict[str, Any]:

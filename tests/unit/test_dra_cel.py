@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.quantity import format_quantity
-from dra_driver.dra_cel import (
+from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_cel import (
     CelCompileError,
     CelDevice,
     CelEvaluationError,
@@ -19,7 +20,6 @@ from dra_driver.dra_cel import (
     cel_device_from_slice,
     compile_selector,
 )
-from dra_driver.errors import InvalidParameterError
 
 DRIVER = "gpushare.example.com"
 SLICE_DEVICE = {

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from dra_driver.sim.apiserver.apply import ApplyConflictError, apply, from_fields_v1, to_fields_v1
-from dra_driver.sim.apiserver.conversion import to_core_v1, to_events_v1
-from dra_driver.sim.apiserver.nodes import (
+from simulator.apiserver.apply import ApplyConflictError, apply, from_fields_v1, to_fields_v1
+from simulator.apiserver.conversion import to_core_v1, to_events_v1
+from simulator.apiserver.nodes import (
     is_ready_or_silent,
     taint_new_node,
     without_not_ready_taint,
 )
-from dra_driver.sim.apiserver.registry import Registry
-from dra_driver.sim.apiserver.store import ADDED, DELETED, MODIFIED, Storage
+from simulator.apiserver.registry import Registry
+from simulator.apiserver.store import ADDED, DELETED, MODIFIED, Storage
 
 NOW = "2026-11-30T10:00:00Z"
 

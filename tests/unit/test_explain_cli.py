@@ -164,6 +164,6 @@ def test_console_script_runs_in_a_fresh_process():
 
 def test_committed_inventory_schema_is_current():
     committed = json.loads((EXAMPLES.parent / "docs" / "inventory.schema.json").read_text())
-    from dra_driver.inventory_file import inventory_schema
+    from dra_driver.explain.inventory_file import inventory_schema
 
     assert committed == inventory_schema()

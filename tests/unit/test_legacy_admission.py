@@ -10,7 +10,7 @@ from controller.legacy.admission import review_pod
 from controller.legacy.config import LegacySettings, parse_device_config
 from controller.legacy.quota import quota_limits
 from dra_driver.engine.quota import NamespaceQuota
-from dra_driver.sim.admission import apply_json_patch
+from simulator.standins.admission import apply_json_patch
 
 SETTINGS = LegacySettings()
 

@@ -13,7 +13,7 @@ from controller.legacy.config import LegacySettings
 from controller.legacy.extender import parse_filter_args
 from controller.legacy.pod_shape import check_pod_shape
 from dra_driver.errors import InvalidParameterError
-from dra_driver.pod_workloads import pod_request
+from dra_driver.objects.pod_workloads import pod_request
 
 SETTINGS = LegacySettings()
 VENDORS = SETTINGS.vendors()

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dra_driver.node_lock import (
+from dra_driver.objects.node_lock import (
     LockState,
     NodeLockError,
     lock_value,

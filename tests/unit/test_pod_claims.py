@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dra_driver.pod_claims import container_claim_entries
+from dra_driver.objects.pod_claims import container_claim_entries
 
 
 def test_entries_follow_the_pods_claims_then_the_containers_and_keep_requests():

@@ -9,7 +9,7 @@ import pytest
 from dra_driver.engine.requests import MEMORY_PERCENT_UNSET
 from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorRegistry
 from dra_driver.errors import InvalidParameterError
-from dra_driver.pod_workloads import admission_limits, pod_request
+from dra_driver.objects.pod_workloads import admission_limits, pod_request
 
 VENDORS = VendorRegistry()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dra_driver.runtime import KeyValueFormatter, wait_event
+from dra_driver.process.runtime import KeyValueFormatter, wait_event
 
 NEVER_S = 3600.0
 """A bound no wait in these tests reaches: the waits end by an event or a cancel."""

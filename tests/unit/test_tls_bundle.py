@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dra_driver.tls_bundle import bundle_problem, issue_bundle, service_dns_names
+from dra_driver.tls.bundle import bundle_problem, issue_bundle, service_dns_names
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 NAMES = service_dns_names("svc", "ns")

@@ -27,8 +27,8 @@ import grpc
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from dra_driver.errors import DriverError
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
-from dra_driver.sim.kubelet_dra import finish_call, go_rpc_error
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
+from simulator.standins.kubelet_dra import finish_call, go_rpc_error
 
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"

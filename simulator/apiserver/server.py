@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from dra_driver.runtime import wait_event
+from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
 from .cluster import Cluster, check_dry_run

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from dra_driver.cli_args import EnvArgumentParser, add_process_args
+from dra_driver.cli.args import EnvArgumentParser, add_process_args
 from dra_driver.errors import DriverError
 
 EXIT_PLACED = 0
@@ -20,9 +20,9 @@ EXIT_BAD_INPUT = 2
 
 def _explain(args: argparse.Namespace) -> int:
     from dra_driver.engine.vendors import VendorRegistry
-    from dra_driver.explain import explain, render
-    from dra_driver.inventory_file import inventory_schema, load_inventory
-    from dra_driver.yaml_files import read_yaml_document
+    from dra_driver.explain.explanation import explain, render
+    from dra_driver.explain.inventory_file import inventory_schema, load_inventory
+    from dra_driver.objects.yaml_files import read_yaml_document
 
     if args.print_schema:
         print(json.dumps(inventory_schema(), indent=2))
@@ -38,7 +38,7 @@ def _explain(args: argparse.Namespace) -> int:
 
 
 def _monitor(args: argparse.Namespace) -> int:
-    from dra_driver.runtime import configure_logging, run_until_signalled
+    from dra_driver.process.runtime import configure_logging, run_until_signalled
     from libvgpu.monitor import MonitorSettings
     from libvgpu.monitor_service import serve_monitor
 
@@ -54,7 +54,7 @@ def _monitor(args: argparse.Namespace) -> int:
 
 
 def _kubelet_plugin(args: argparse.Namespace) -> int:
-    from dra_driver.runtime import configure_logging, run_until_signalled
+    from dra_driver.process.runtime import configure_logging, run_until_signalled
     from kubeletplugin.service import (
         quiet_library_loggers,
         remove_node_slices,
@@ -75,7 +75,7 @@ def _kubelet_plugin(args: argparse.Namespace) -> int:
 
 
 def _device_plugin(args: argparse.Namespace) -> int:
-    from dra_driver.runtime import configure_logging, run_until_signalled
+    from dra_driver.process.runtime import configure_logging, run_until_signalled
     from kubeletplugin.deviceplugin.entry import serve_device_plugin, settings_from_args
 
     configure_logging(args.log_level)
@@ -96,7 +96,7 @@ def _install_libvgpu(args: argparse.Namespace) -> int:
 
 
 def _healthcheck(args: argparse.Namespace) -> int:
-    from dra_driver.healthcheck import check_sockets
+    from dra_driver.process.healthcheck import check_sockets
 
     problems = asyncio.run(check_sockets(args.socket, args.timeout))
     for problem in problems:
@@ -135,7 +135,7 @@ def _simulate(args: argparse.Namespace) -> int:
 def _certs(args: argparse.Namespace) -> int:
     from datetime import timedelta
 
-    from dra_driver.certs import CertFilesSettings, CertsSettings, run_cert_files, run_certs
+    from dra_driver.tls.certs import CertFilesSettings, CertsSettings, run_cert_files, run_certs
 
     if args.validity_days <= 0:
         print("dra-driver certs: --validity-days must be positive", file=sys.stderr)
@@ -512,6 +512,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dra-driver {args.command}: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-
-if __name__ == "__main__":
-    sys.exit(main())

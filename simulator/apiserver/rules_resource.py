@@ -16,9 +16,9 @@ from decimal import Decimal
 from typing import Any
 
 from api.quantity import QuantityError, canonical_quantity, parse_quantity
-from dra_driver.api_time import api_time
-from dra_driver.dra_cel import CelCompileError, compile_selector
-from dra_driver.names import is_uuid
+from dra_driver.objects.api_time import api_time
+from dra_driver.objects.dra_cel import CelCompileError, compile_selector
+from dra_driver.objects.names import is_uuid
 
 from .errors import (
     FieldError,

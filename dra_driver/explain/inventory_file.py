@@ -32,7 +32,7 @@ from dra_driver.engine.model import (
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
-from dra_driver.yaml_files import read_yaml_document
+from dra_driver.objects.yaml_files import read_yaml_document
 
 
 class _Strict(BaseModel):

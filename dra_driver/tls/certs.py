@@ -26,10 +26,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dra_driver.atomic_file import write_atomically
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
-from dra_driver.tls_bundle import (
+from dra_driver.process.atomic_file import write_atomically
+from dra_driver.tls.bundle import (
     TlsBundle,
     bundle_problem,
     issue_bundle,

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from dra_driver.api_time import api_time
+from dra_driver.objects.api_time import api_time
 
 from .apply import ApplyConflictError, apply, dotted, record_update
 from .conversion import PRESENTERS

@@ -17,8 +17,8 @@ from dra_driver.engine.reasons import summarize_failures
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
-from dra_driver.inventory_file import Inventory
-from dra_driver.pod_workloads import pod_request
+from dra_driver.explain.inventory_file import Inventory
+from dra_driver.objects.pod_workloads import pod_request
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ def workload_request(
         )
         return pod_request(document, vendors), names
     if kind == "ResourceClaim":
-        from dra_driver.claim_workloads import claim_request
+        from dra_driver.objects.claim_workloads import claim_request
 
         return claim_request(document, vendors)
     raise InvalidParameterError("workload.kind", f"expected Pod or ResourceClaim, got {kind!r}")

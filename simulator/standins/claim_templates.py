@@ -19,7 +19,7 @@ from typing import Any
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError
-from dra_driver.runtime import cancel_and_wait
+from dra_driver.process.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import aiohttp
 
 from dra_driver.errors import DriverError
-from dra_driver.sim.admission import defaulted_pod
+from simulator.standins.admission import defaulted_pod
 
 HEADERS = {
     "User-Agent": "Go-http-client/1.1",

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from dra_driver.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
+from dra_driver.objects.names import DNS_LABEL_RE, DNS_SUBDOMAIN_RE
 
 from .errors import FieldError, duplicate, forbidden, invalid, required
 

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from dra_driver.resource_api import DELETE_PROTECTION
+from dra_driver.objects.resource_api import DELETE_PROTECTION
 
 from .cluster import Cluster
 from .nodes import has_not_ready_taint, is_ready_or_silent, without_not_ready_taint

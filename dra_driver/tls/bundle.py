@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dra_driver.errors import InvalidParameterError
-from dra_driver.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label
+from dra_driver.objects.names import DNS_LABEL_MAX, DNS_SUBDOMAIN_MAX, is_dns_label
 
 CA_NAME = "vgpu-dra-driver CA"
 CLOCK_SKEW = timedelta(minutes=5)

@@ -36,10 +36,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from api.quantity import QuantityError, format_quantity_value, parse_quantity
-from dra_driver.api_time import api_time
-from dra_driver.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
 from dra_driver.errors import InvalidParameterError
-from dra_driver.node_predicates import (
+from dra_driver.objects.api_time import api_time
+from dra_driver.objects.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
+from dra_driver.objects.node_predicates import (
     NODE_UNSCHEDULABLE,
     SELECTOR_MISMATCH,
     TOO_MANY_PODS,
@@ -48,11 +48,11 @@ from dra_driver.node_predicates import (
     round_up_request,
     untolerated_taint,
 )
-from dra_driver.pod_claims import pod_claim_names
-from dra_driver.resource_api import DELETE_PROTECTION
-from dra_driver.runtime import wait_event
-from dra_driver.sim.admission import quantity_value
-from dra_driver.sim.scheduler_extender import FilterResult, unschedulable_message
+from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.resource_api import DELETE_PROTECTION
+from dra_driver.process.runtime import wait_event
+from simulator.standins.admission import quantity_value
+from simulator.standins.scheduler_extender import FilterResult, unschedulable_message
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dra_driver.api_time import api_time
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import KubeClient
-from dra_driver.pod_claims import container_claim_entries, pod_claim_names
-from dra_driver.resource_api import RESOURCE_API
-from dra_driver.runtime import cancel_and_wait
-from dra_driver.sim.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
+from dra_driver.objects.api_time import api_time
+from dra_driver.objects.pod_claims import container_claim_entries, pod_claim_names
+from dra_driver.objects.resource_api import RESOURCE_API
+from dra_driver.process.runtime import cancel_and_wait
+from simulator.standins.kubelet_dra import PREPARE_FAILED_REASON, ClaimRef, KubeletDRA
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from api.generated import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1be
 from api.generated import pluginregistration_pb2 as registration_pb2
 from api.generated import pluginregistration_pb2_grpc as registration_grpc
 from dra_driver.errors import DriverError
-from dra_driver.grpc_tasks import settle_cancelled_grpc_calls
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 
 DRA_PLUGIN_TYPE = "DRAPlugin"
 # kubelet's preference order, independent of the order the plugin lists them in.
