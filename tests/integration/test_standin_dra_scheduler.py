@@ -14,7 +14,8 @@ from kubernetes import client, config
 
 from dra_driver.objects.node_predicates import node_selector_matches
 from simulator.apiserver import APIServer
-from simulator.standins.dra_scheduler import DRAScheduler, fit_failure, pod_untolerated_taint
+from simulator.standins.dra_scheduler import DRAScheduler
+from simulator.standins.node_fit import fit_failure, pod_untolerated_taint
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"

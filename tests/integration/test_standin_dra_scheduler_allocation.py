@@ -18,15 +18,12 @@ from api.quantity import parse_quantity
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_cel import CelEvaluationError
 from dra_driver.objects.node_predicates import round_up_request
+from dra_driver.objects.resource_api import DELETE_PROTECTION
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
 from simulator.apiserver import APIServer
-from simulator.standins.dra_scheduler import (
-    DELETE_PROTECTION,
-    DRAScheduler,
-    SchedulerSettings,
-    selectors_matcher,
-)
+from simulator.standins.dra_allocator import selectors_matcher
+from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
 
 DRIVER = "vgpu.hami.io"
 NAMESPACE = "default"

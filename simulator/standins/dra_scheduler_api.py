@@ -1,0 +1,148 @@
+"""The kube-scheduler stand-in's API calls: reads, PreBind claim writes, binding, rejection.
+
+Owns every request dra_scheduler.py sends, in the shape and order a v1.36
+kube-scheduler sends them: objects are read as plain JSON (the stand-in works on
+what the server answered, not on client models); PreBind either adds the pod to
+`status.reservedFor` of a claim allocated by someone else (stamping an
+`allocationTimestamp` the allocator left out, which the server refuses as
+immutable) or, for a claim allocated here, adds the delete-protection finalizer and
+then writes allocation and reservation in one status write; `pods/binding` places
+the pod; a pod that does not fit gets PodScheduled=False. It decides nothing; it may
+call the official kubernetes client and dra_driver.objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from dra_driver.objects.api_time import api_time
+from dra_driver.objects.resource_api import DELETE_PROTECTION
+
+
+def api_message(error: ApiException) -> str:
+    """The server's message in a refused request, as kube-scheduler quotes it in a condition."""
+    try:
+        return str(json.loads(error.body or "{}").get("message") or error.reason)
+    except json.JSONDecodeError:
+        return str(error.body or error.reason)
+
+
+class SchedulerAPI:
+    """The core and resource.k8s.io clients of one stand-in, with its reads and writes."""
+
+    def __init__(self, api_client: k8s.ApiClient) -> None:
+        self.core = k8s.CoreV1Api(api_client)
+        self.resource = k8s.ResourceV1Api(api_client)
+
+    async def read(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call a client method off the loop and answer its JSON body undecoded."""
+        response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+        return json.loads(response.data)
+
+    async def write_allocation(
+        self, claim: dict[str, Any], allocation: dict[str, Any], pod: dict[str, Any]
+    ) -> None:
+        """PreBind for a claim allocated here: the delete-protection finalizer first (so
+        kube-controller-manager deallocates it once unused), then allocation and
+        reservation in one status write, conditional on the version that was read."""
+        metadata = claim["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        version = metadata["resourceVersion"]
+        added = DELETE_PROTECTION not in (metadata.get("finalizers") or [])
+        if added:
+            protected = await self.read(
+                self.resource.patch_namespaced_resource_claim,
+                name,
+                namespace,
+                {"metadata": {"resourceVersion": version, "finalizers": [DELETE_PROTECTION]}},
+            )
+            version = protected["metadata"]["resourceVersion"]
+        reservation = {"resource": "pods", "name": pod["metadata"]["name"]}
+        reservation["uid"] = pod["metadata"]["uid"]
+        body = {
+            "metadata": {"resourceVersion": version},
+            "status": {"allocation": allocation, "reservedFor": [reservation]},
+        }
+        try:
+            await asyncio.to_thread(
+                self.resource.patch_namespaced_resource_claim_status,
+                name,
+                namespace,
+                body,
+                _preload_content=False,
+            )
+        except ApiException:
+            if added:
+                with contextlib.suppress(ApiException):
+                    await asyncio.to_thread(
+                        self.resource.patch_namespaced_resource_claim,
+                        name,
+                        namespace,
+                        {"metadata": {"$deleteFromPrimitiveList/finalizers": [DELETE_PROTECTION]}},
+                        _preload_content=False,
+                    )
+            raise
+
+    async def write_reservation(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
+        """PreBind for a claim allocated by someone else: the pod joins `reservedFor`."""
+        status = claim["status"]
+        reserved = status.setdefault("reservedFor", [])
+        if any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
+            return
+        reserved.append(
+            {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+        )
+        status["allocation"].setdefault("allocationTimestamp", api_time())
+        metadata = claim["metadata"]
+        await asyncio.to_thread(
+            self.resource.replace_namespaced_resource_claim_status,
+            metadata["name"],
+            metadata["namespace"],
+            claim,
+            _preload_content=False,
+        )
+
+    async def write_binding(self, pod: dict[str, Any], node_name: str) -> None:
+        """`pods/binding`: the pod is placed on the node."""
+        metadata = pod["metadata"]
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
+        }
+        await asyncio.to_thread(
+            self.core.create_namespaced_pod_binding,
+            metadata["name"],
+            metadata["namespace"],
+            binding,
+            _preload_content=False,
+        )
+
+    async def write_unscheduled(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """PodScheduled=False with kube-scheduler's reason and message, replacing any before."""
+        status = pod.setdefault("status", {})
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": api_time(),
+            "reason": reason,
+            "message": message,
+        }
+        others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        status["conditions"] = [*others, condition]
+        metadata = pod["metadata"]
+        await asyncio.to_thread(
+            self.core.replace_namespaced_pod_status,
+            metadata["name"],
+            metadata["namespace"],
+            pod,
+            _preload_content=False,
+        )
