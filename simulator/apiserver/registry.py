@@ -17,17 +17,16 @@ from .rules import (
 )
 from .rules_coordination import normalize_lease, validate_lease
 from .rules_events import validate_core_event, validate_event_v1
-from .rules_resource import (
+from .rules_resource import validate_device_class
+from .rules_resource_claims import (
     empty_status,
     normalize_claim_template,
     normalize_resource_claim,
-    normalize_resource_slice,
     validate_claim_status,
     validate_claim_template,
-    validate_device_class,
     validate_resource_claim,
-    validate_resource_slice,
 )
+from .rules_resource_slices import normalize_resource_slice, validate_resource_slice
 from .validation import NameRule, dns_label, dns_subdomain
 
 BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})

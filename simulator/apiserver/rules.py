@@ -3,8 +3,9 @@
 Each validator takes the new object and the stored one (None on create); each
 normalizer runs on every write before validation, as decoding and API defaulting
 do; a defaulter (`on_create`) runs on create only, as admission plugins do.
-resource.k8s.io lives in rules_resource.py, leases and events in
-rules_coordination.py and rules_events.py.
+resource.k8s.io lives in rules_resource.py (with rules_resource_slices.py and
+rules_resource_claims.py), leases and events in rules_coordination.py and
+rules_events.py.
 """
 
 from __future__ import annotations
