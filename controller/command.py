@@ -1,22 +1,31 @@
-"""The `dra-driver controller` subcommand: flags (each with an env var) -> ServiceSettings."""
+"""The `dra-driver controller` subcommand: flags (each with an env var) -> ServiceSettings.
+
+Owns the subcommand's parser, the translation of its flags into
+`controller.service.ServiceSettings`, and its handler. May import
+`dra_driver.cli` at module level and, inside functions, the controller's
+settings and service, the Lease settings and `dra_driver.process.runtime`, so
+that `dra-driver --help` loads no Kubernetes client.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
-from controller.settings import ControllerSettings
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
-from dra_driver.kube.leader import LeaderSettings
+from dra_driver.cli.registration import Subcommands
 from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
+
+if TYPE_CHECKING:
+    from controller.service import ServiceSettings
 
 DEFAULT_METRICS_PORT = 9395
 """HAMi's scheduler serves its metrics on :9395."""
 
 
-def add_controller_parser(commands: Any) -> None:
+def register(commands: Subcommands) -> None:
     parser = commands.add_parser(
         "controller",
         help="the DRA claim allocator: HAMi policies for resource.k8s.io/v1 claims",
@@ -64,8 +73,10 @@ def add_controller_parser(commands: Any) -> None:
     parser.set_defaults(handler=_run)
 
 
-def settings_from_args(args: argparse.Namespace) -> Any:
+def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     from controller.service import ServiceSettings
+    from controller.settings import ControllerSettings
+    from dra_driver.kube.leader import LeaderSettings
 
     leader = (
         LeaderSettings(

@@ -1,5 +1,11 @@
 """`dra-driver extender`, `dra-driver webhook`, `dra-driver scheduler` (both in one process).
 
+Owns the three legacy-mode subcommands: their one parser (they differ only in
+which HTTP roles they serve), the translation of its flags into the legacy
+settings, and the handler. May import `dra_driver.cli` at module level and,
+inside the handler, `controller.legacy`'s config and server, the engine's
+settings and `dra_driver.process.runtime`.
+
 The flags are HAMi's scheduler flags where HAMi has one (`--scheduler-name`,
 `--node-scheduler-policy`, `--gpu-scheduler-policy`, `--node-lock-timeout`,
 `--node-lock-retry-timeout`, `--force-overwrite-default-scheduler`,
@@ -12,70 +18,92 @@ a command runs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
+from dra_driver.cli.registration import Subcommands
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """Which of the legacy scheduler's HTTP halves one command serves."""
+
+    extender: bool
+    webhook: bool
+    summary: str
+
 
 ROLES = {
-    "extender": (True, False, "the kube-scheduler extender (/filter, /bind)"),
-    "webhook": (False, True, "the mutating admission webhook (/webhook)"),
-    "scheduler": (True, True, "extender and webhook in one process, as HAMi's scheduler"),
+    "extender": Role(True, False, "the kube-scheduler extender (/filter, /bind)"),
+    "webhook": Role(False, True, "the mutating admission webhook (/webhook)"),
+    "scheduler": Role(True, True, "extender and webhook in one process, as HAMi's scheduler"),
 }
 
 
-def add_legacy_parsers(commands: Any, handler: Callable[[argparse.Namespace], int]) -> None:
-    """Register the three legacy-mode commands on the CLI's subparsers."""
-    for name, (extender, webhook, summary) in ROLES.items():
-        parser = commands.add_parser(
-            name,
-            help=f"legacy mode: {summary}",
-            description=(
-                f"Legacy (device-plugin) mode, HAMi-compatible: {summary}. Served over "
-                "HTTP(S) with /healthz and /readyz; reads HAMi's device-config.yaml."
-            ),
-        )
-        parser.add_argument("--host", env="LEGACY_HOST", default="0.0.0.0")
-        parser.add_argument("--port", type=int, env="LEGACY_PORT", default=8080)
-        parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
-        parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
-        parser.add_argument(
-            "--device-config-file",
-            type=Path,
-            env="DEVICE_CONFIG_FILE",
-            help="HAMi device-config.yaml (nvidia: resource names and defaults)",
-        )
-        parser.add_argument("--scheduler-name", env="SCHEDULER_NAME", default="hami-scheduler")
-        add_scheduler_policy_args(parser)
-        parser.add_argument(
-            "--node-lock-timeout",
-            type=float,
-            env="HAMI_NODELOCK_EXPIRE_SECONDS",
-            default=300.0,
-            help="seconds after which a node lock is taken over",
-        )
-        parser.add_argument(
-            "--node-lock-retry-timeout",
-            type=float,
-            env="NODE_LOCK_RETRY_TIMEOUT_SECONDS",
-            default=20.0,
-            help="seconds a bind waits for a node lock another pod holds (0: fail at once)",
-        )
-        parser.add_argument(
-            "--node-label-selector",
-            env="NODE_LABEL_SELECTOR",
-            help="only nodes with these labels are scheduled onto (e.g. gpu=on)",
-        )
-        parser.add_argument(
-            "--force-overwrite-default-scheduler",
-            action=argparse.BooleanOptionalAction,
-            env="FORCE_OVERWRITE_DEFAULT_SCHEDULER",
-            default=True,
-        )
-        add_process_args(parser)
-        parser.set_defaults(handler=handler, extender=extender, webhook=webhook)
+def register_extender(commands: Subcommands) -> None:
+    _register_role(commands, "extender")
+
+
+def register_webhook(commands: Subcommands) -> None:
+    _register_role(commands, "webhook")
+
+
+def register_scheduler(commands: Subcommands) -> None:
+    _register_role(commands, "scheduler")
+
+
+def _register_role(commands: Subcommands, name: str) -> None:
+    """One legacy command: the same flags for every role, `handler` told which halves run."""
+    role = ROLES[name]
+    parser = commands.add_parser(
+        name,
+        help=f"legacy mode: {role.summary}",
+        description=(
+            f"Legacy (device-plugin) mode, HAMi-compatible: {role.summary}. Served over "
+            "HTTP(S) with /healthz and /readyz; reads HAMi's device-config.yaml."
+        ),
+    )
+    parser.add_argument("--host", env="LEGACY_HOST", default="0.0.0.0")
+    parser.add_argument("--port", type=int, env="LEGACY_PORT", default=8080)
+    parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
+    parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
+    parser.add_argument(
+        "--device-config-file",
+        type=Path,
+        env="DEVICE_CONFIG_FILE",
+        help="HAMi device-config.yaml (nvidia: resource names and defaults)",
+    )
+    parser.add_argument("--scheduler-name", env="SCHEDULER_NAME", default="hami-scheduler")
+    add_scheduler_policy_args(parser)
+    parser.add_argument(
+        "--node-lock-timeout",
+        type=float,
+        env="HAMI_NODELOCK_EXPIRE_SECONDS",
+        default=300.0,
+        help="seconds after which a node lock is taken over",
+    )
+    parser.add_argument(
+        "--node-lock-retry-timeout",
+        type=float,
+        env="NODE_LOCK_RETRY_TIMEOUT_SECONDS",
+        default=20.0,
+        help="seconds a bind waits for a node lock another pod holds (0: fail at once)",
+    )
+    parser.add_argument(
+        "--node-label-selector",
+        env="NODE_LABEL_SELECTOR",
+        help="only nodes with these labels are scheduled onto (e.g. gpu=on)",
+    )
+    parser.add_argument(
+        "--force-overwrite-default-scheduler",
+        action=argparse.BooleanOptionalAction,
+        env="FORCE_OVERWRITE_DEFAULT_SCHEDULER",
+        default=True,
+    )
+    add_process_args(parser)
+    parser.set_defaults(handler=run_legacy, extender=role.extender, webhook=role.webhook)
 
 
 def run_legacy(args: argparse.Namespace) -> int:

@@ -3,9 +3,10 @@
 `EnvArgumentParser.add_argument(..., env="NAME")` is the one way an option gets
 its variable: the variable, when set and not empty, replaces the default (and
 satisfies `required`), and `--help` shows `(default: X; env: NAME)` after the
-option's own text. Every subcommand's parser is one of these, so the component
-packages that register their own subcommands (`controller`, `controller.legacy`)
-get the same behaviour. Flags several commands share are defined once here.
+option's own text. Every subcommand's parser is one of these (subparsers take the
+root parser's class), so each package that registers its own subcommand (see
+`dra_driver.cli.registration`) gets the same behaviour. Flags several packages'
+commands share are defined once here. May import only `dra_driver.engine.policy`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,80 @@
+"""`dra-driver simulate`: the flags that shape the emulated cluster and the report.
+
+Owns the subcommand's parser and handler. May import `dra_driver.cli` at
+module level and, inside the handler, `simulator.run` and `simulator.settings`,
+so that `--help` starts nothing and loads no component.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from dra_driver.cli.registration import Subcommands
+
+
+def register(commands: Subcommands) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="run the real components on emulated nodes with mock GPUs and show who got what",
+        description=(
+            "Start the API emulator, a real kubelet plugin per node (mock GPUs), the kubelet "
+            "and kube-scheduler stand-ins and the real controller (or, with --mode legacy, "
+            "the webhook, extender and device plugin), apply the workloads, and print per "
+            "node and GPU who holds which share, the CDI devices and env each container "
+            "gets, and why a workload did not fit. Exit status 0 when every pod started or "
+            "was refused with a reason."
+        ),
+    )
+    simulate.add_argument(
+        "--mode",
+        choices=("dra", "dra-scheduler-allocated", "legacy"),
+        env="SIMULATE_MODE",
+        default="dra",
+        help="dra: the controller allocates; dra-scheduler-allocated: "
+        "kube-scheduler does; legacy: device-plugin path",
+    )
+    simulate.add_argument(
+        "--scenario",
+        type=Path,
+        action="append",
+        env="SIMULATE_SCENARIOS",
+        help="YAML file of DeviceClasses, ResourceClaimTemplates, ResourceClaims and Pods "
+        "(repeatable); none: the bundled examples/",
+    )
+    simulate.add_argument("--nodes", type=int, env="SIMULATE_NODES", default=3)
+    simulate.add_argument("--gpus-per-node", type=int, env="SIMULATE_GPUS_PER_NODE", default=4)
+    simulate.add_argument(
+        "--timeout",
+        type=float,
+        env="SIMULATE_TIMEOUT",
+        default=30.0,
+        help="seconds to wait for pods to settle",
+    )
+    simulate.add_argument(
+        "--work-dir",
+        type=Path,
+        env="SIMULATE_WORK_DIR",
+        help="keep the nodes' files (CDI specs, sockets, cache dirs) here; keep the path short",
+    )
+    simulate.add_argument(
+        "-o", "--output", choices=("text", "json"), env="SIMULATE_OUTPUT", default="text"
+    )
+    simulate.set_defaults(handler=_simulate)
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    # gRPC's C core logs connection teardown at INFO to stderr; the report is the output.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from simulator.run import run_simulation
+    from simulator.settings import ClusterShape, Mode, SimulationSettings
+
+    settings = SimulationSettings(
+        mode=Mode(args.mode),
+        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
+        scenario=tuple(args.scenario or ()),
+        settle_timeout_s=args.timeout,
+        work_dir=args.work_dir,
+    )
+    return run_simulation(settings, args.output)
