@@ -95,7 +95,7 @@ class Controllers:
                 self._after(
                     self.settings.orphan_gc_delay_s,
                     ("dangling", uid),
-                    lambda: self.cluster.collect_dangling(uid),
+                    lambda: self.cluster.garbage_collector.collect_dangling(uid),
                 )
 
     # ---- resourceclaim controller -------------------------------------------------

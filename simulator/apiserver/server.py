@@ -25,7 +25,7 @@ from aiohttp import web
 from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
-from .cluster import Cluster, check_dry_run
+from .cluster import Cluster
 from .controllers import Controllers
 from .conversion import PRESENTERS
 from .errors import ApiError, bad_request, method_not_allowed
@@ -35,6 +35,7 @@ from .registry import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import APIServerSettings
 from .store import Bucket, Storage, Watcher
+from .write_checks import check_dry_run
 
 _TRUE = ("1", "true", "True")
 _COLLECTION_VERBS = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}
@@ -413,7 +414,7 @@ class APIServer:
                 raise method_not_allowed(method)
             body = await self._body(request)
             with self._dry_run(request, "UpdateOptions"):
-                return _json_response(cluster.finalize_namespace(name, body))
+                return _json_response(cluster.namespaces.finalize(name, body))
         if method == "GET":
             return _json_response(cluster.get(resource, namespace, name))
         if method == "PUT":
