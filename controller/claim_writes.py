@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.object_state import allocation_of, reservations_of
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
@@ -27,14 +28,6 @@ from dra_driver.objects.resource_api import DELETE_PROTECTION, RESOURCE_API
 
 def claim_path(namespace: str, name: str) -> str:
     return object_path(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", name)
-
-
-def allocation_of(claim: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    return ((claim or {}).get("status") or {}).get("allocation")
-
-
-def reservations_of(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list((claim.get("status") or {}).get("reservedFor") or [])
 
 
 class ClaimTakenError(DriverError):

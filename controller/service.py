@@ -27,7 +27,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controller.controller import SLICES, Controller
+from controller.cluster_view import SLICES
+from controller.controller import Controller
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError

@@ -14,7 +14,8 @@ from kubernetes import config
 from prometheus_client import CollectorRegistry
 
 from api.quantity import MIB, parse_quantity
-from controller.controller import CLAIMS, Controller
+from controller.cluster_view import CLAIMS
+from controller.controller import Controller
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.kube.events import EventRecorder, EventSettings

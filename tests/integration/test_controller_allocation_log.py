@@ -40,7 +40,7 @@ class _AllocationLines(logging.Handler):
 
 @contextmanager
 def allocation_lines() -> Iterator[_AllocationLines]:
-    logger = logging.getLogger("controller.controller")
+    logger = logging.getLogger("controller.allocation_writer")
     handler = _AllocationLines()
     level = logger.level
     logger.addHandler(handler)

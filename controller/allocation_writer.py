@@ -1,0 +1,142 @@
+"""Writing a pod's decided allocations, and taking allocations back, as tasks.
+
+The decision loop charges an allocation to the engine and marks it pending in
+the view before calling `write_pod`, so it never waits on the API. The writes
+run concurrently (at most `write_concurrency` pods at once), each pod's claims
+in order; if one fails, the ones already written are taken back and the pod is
+retried after a jittered backoff. Each completed write is adopted into the view
+before the watch shows it. `ClaimWriter` (claim_writes.py) makes the API calls.
+
+Owns: the write and clean-up tasks and the semaphore. Calls: ClaimWriter, the
+view (adopt, pending), the work queue (in flight, retry), the pod placements
+(condition as of our write), metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from controller.allocation import describe_results
+from controller.claim_writes import ClaimWriter
+from controller.cluster_view import ClusterView
+from controller.metrics import ControllerMetrics
+from controller.object_state import (
+    allocated_node,
+    allocation_of,
+    condition_signature,
+    scheduled_condition,
+)
+from controller.pod_placements import PodPlacements
+from controller.work_queue import WorkQueue, jittered
+from dra_driver.errors import DriverError
+from dra_driver.kube.informer import object_key
+
+log = logging.getLogger(__name__)
+
+WRITE_FAILED = "AllocationWriteFailed"
+
+ClaimWrites = list[tuple[dict[str, Any], dict[str, Any]]]
+"""A pod's claims, each with the allocation to write, in the order they are written."""
+
+
+class AllocationWriter:
+    """Runs the writes of decided allocations and the taking back of allocations."""
+
+    def __init__(
+        self,
+        writer: ClaimWriter,
+        view: ClusterView,
+        queue: WorkQueue,
+        placements: PodPlacements,
+        metrics: ControllerMetrics,
+        *,
+        concurrency: int,
+        retry_initial_s: float,
+    ) -> None:
+        self.writer = writer
+        self.view = view
+        self.queue = queue
+        self.placements = placements
+        self.metrics = metrics
+        self.retry_initial_s = retry_initial_s
+        self.tasks: set[asyncio.Task[None]] = set()
+        """Writes and clean-ups still running (cancelled when the controller stops)."""
+        self._semaphore = asyncio.Semaphore(concurrency)
+
+    def write_pod(self, key: str, writes: ClaimWrites) -> None:
+        """Write the pod's allocations in a task; the key is in flight until it ends."""
+        self.queue.start(key)
+        self._track(asyncio.create_task(self._write_pod(key, writes), name=f"allocate {key}"))
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run a clean-up in a task; an API failure is logged (the sweeper tries again)."""
+
+        async def guarded() -> None:
+            try:
+                await work
+            except DriverError as error:
+                log.warning("clean-up failed", extra={"task": name, "error": str(error)})
+
+        self._track(asyncio.create_task(guarded(), name=name))
+
+    async def clear_allocation(self, claim: dict[str, Any]) -> None:
+        """Take an allocation back (unless a pod reserved it meanwhile) and free it here."""
+        stored = await self.writer.deallocate(claim)
+        if stored is not None:
+            self.view.adopt_cleared(stored)
+            self.queue.changed()
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _write_pod(self, key: str, writes: ClaimWrites) -> None:
+        written: list[dict[str, Any]] = []
+        try:
+            async with self._semaphore:
+                for claim, allocation in writes:
+                    stored = await self.writer.allocate(claim, allocation)
+                    self.view.adopt(stored)
+                    written.append(stored)
+                    self.metrics.allocations.inc()
+            self._record_condition(key)
+            first = self.queue.pop_first_try(key)
+            if first is not None:
+                self.metrics.allocation_latency.observe(self.queue.clock() - first)
+            log.info(
+                "claims allocated",
+                extra={
+                    "pod": key,
+                    "node": allocated_node(written[0]) if written else None,
+                    "claims": {
+                        object_key(c): describe_results(allocation_of(c) or {}) for c in written
+                    },
+                },
+            )
+        except DriverError as error:
+            log.warning("allocation not written", extra={"pod": key, "error": str(error)})
+            self.metrics.failures.labels(WRITE_FAILED).inc()
+            for stored in written:
+                with contextlib.suppress(DriverError):
+                    await self.clear_allocation(stored)
+            self.queue.enqueue(key, jittered(self.retry_initial_s))
+        finally:
+            for claim, _ in writes:
+                self.view.pending.pop(object_key(claim), None)
+            self.queue.finish(key)
+            if len(written) < len(writes):
+                self.view.mark_usage_stale()
+                self.queue.changed()
+            self.queue.poke()
+
+    def _record_condition(self, key: str) -> None:
+        """Remember the pod's PodScheduled condition as of our completed write: only a
+        later one can be kube-scheduler's verdict on the node we chose."""
+        pod = self.view.pods.get(key)
+        if pod is not None:
+            uid = pod["metadata"].get("uid", "")
+            self.placements.written(uid, condition_signature(scheduled_condition(pod)))

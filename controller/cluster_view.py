@@ -1,0 +1,331 @@
+"""The controller's own view of the cluster, which every decision is made from.
+
+The informers' objects, overlaid with the allocations this process wrote
+(the assume cache, until the watch shows them) and is writing (`pending`,
+until the write returns), so the next pod is decided without waiting for any
+write. From it the inventory (slices) and the engine (inventory minus the
+usage of claims that still hold capacity, with the quota ledger) are rebuilt
+lazily, only after what they depend on changed; a reservation added by
+kube-scheduler changes nothing (see `usage_signature`).
+
+Owns: the six informers and the assume cache; the pending writes; the claim
+<-> pod index; the uids of pods seen deleted; each claim's usage signature;
+the inventory, the engine, the request context and the CEL memo; the node
+filter. Calls: the pure builders (inventory, requests, node filter), the
+engine, and `report_duplicate_uuids` (events). Never writes a claim; the
+event handlers feed it (`subscribe`) and say what a change means for work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any, Protocol
+
+from controller.inventory import (
+    Inventory,
+    PublishedDevice,
+    build_inventory,
+    quota_ledger,
+    usage_by_node,
+)
+from controller.node_filter import NodeFilter
+from controller.object_state import allocated_node, allocation_of, is_terminal, reservations_of
+from controller.requests import RequestContext
+from controller.settings import ControllerSettings
+from controller.uuid_reports import report_duplicate_uuids
+from dra_driver.engine.engine import Engine, EngineSettings
+from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.kube.assume import AssumeCache
+from dra_driver.kube.events import EventRecorder
+from dra_driver.kube.informer import Handler, Informer, object_key
+from dra_driver.kube.rest import KubeClient
+from dra_driver.objects.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
+from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.resource_api import RESOURCE_API
+
+CLAIMS = f"{RESOURCE_API}/resourceclaims"
+SLICES = f"{RESOURCE_API}/resourceslices"
+CLASSES = f"{RESOURCE_API}/deviceclasses"
+PODS = "/api/v1/pods"
+NODES = "/api/v1/nodes"
+QUOTAS = "/api/v1/resourcequotas"
+DELETED_PODS_REMEMBERED = 100_000
+"""Uids of deleted pods kept to tell that a reservation is stale (oldest dropped first)."""
+
+
+class ClusterHandlers(Protocol):
+    """What reacts to each watched kind, after the informer stored the object."""
+
+    def on_slice(self, kind: str, obj: dict[str, Any]) -> None: ...
+    def on_claim(self, kind: str, obj: dict[str, Any]) -> None: ...
+    def on_pod(self, kind: str, obj: dict[str, Any]) -> None: ...
+    def on_node(self, kind: str, obj: dict[str, Any]) -> None: ...
+    def on_class(self, kind: str, obj: dict[str, Any]) -> None: ...
+    def on_quota(self, kind: str, obj: dict[str, Any]) -> None: ...
+
+
+class ClusterView:
+    """Informers, assume cache and pending writes; the inventory and engine built from them."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        settings: ControllerSettings,
+        vendors: VendorRegistry,
+        recorder: EventRecorder,
+    ) -> None:
+        self.settings = settings
+        self.vendors = vendors
+        self.recorder = recorder
+
+        def informer(path: str, **selectors: str) -> Informer:
+            return Informer(client, path, settings=settings.informer, **selectors)
+
+        self.slices = informer(SLICES, field_selector=f"spec.driver={settings.driver}")
+        self.claims = informer(CLAIMS)
+        self.pods = informer(PODS)
+        self.nodes = informer(NODES)
+        self.classes = informer(CLASSES)
+        self.quotas = informer(QUOTAS)
+        self.claim_view = AssumeCache(self.claims)
+        self.node_filter = NodeFilter(self.pods.get, self.nodes.get)
+        self.selectors = SelectorCache()
+        self.inventory = Inventory()
+        self.engine = Engine([])
+        self.pending: dict[str, dict[str, Any]] = {}
+        """Claim key -> the allocation being written for it (charged to the engine)."""
+        self._cel_devices: dict[tuple[str, int, str], CelDevice] = {}
+        self._context: RequestContext | None = None
+        self._inventory_stale = True
+        self._usage_stale = True
+        self._signatures: dict[str, Any] = {}
+        self._claim_pods: dict[str, set[str]] = {}
+        self._pod_claims: dict[str, set[str]] = {}
+        self._deleted_pods: dict[str, None] = {}
+
+    @property
+    def informers(self) -> tuple[Informer, ...]:
+        return (self.slices, self.claims, self.pods, self.nodes, self.classes, self.quotas)
+
+    def subscribe(self, handlers: ClusterHandlers) -> None:
+        """Feed each informer's events to `handlers`, ahead of the assume cache's own."""
+        routes: tuple[tuple[Informer, Handler], ...] = (
+            (self.slices, handlers.on_slice),
+            (self.claims, handlers.on_claim),
+            (self.pods, handlers.on_pod),
+            (self.nodes, handlers.on_node),
+            (self.classes, handlers.on_class),
+            (self.quotas, handlers.on_quota),
+        )
+        for informer, handler in routes:
+            informer.handlers.insert(0, handler)
+
+    # ---- what changed ---------------------------------------------------------------
+
+    def note_slice(self, kind: str, obj: Mapping[str, Any]) -> None:
+        self._inventory_stale = True
+        self._usage_stale = True
+        if kind == "DELETED":
+            uid = obj["metadata"].get("uid")
+            self.selectors.forget(lambda key: isinstance(key, tuple) and key[0] == uid)
+
+    def note_class(self) -> None:
+        """Class selectors and configs feed the request context: build it again."""
+        self._context = None
+
+    def mark_usage_stale(self) -> None:
+        """Rebuild the engine before the next decision (usage or quota limits changed)."""
+        self._usage_stale = True
+
+    def note_claim(self, kind: str, claim: Mapping[str, Any]) -> bool:
+        """Track the claim's usage signature; True if the usage changed (the engine is stale)."""
+        key = object_key(claim)
+        signature = None if kind == "DELETED" else self.usage_signature(claim)
+        changed = not self._is_own_echo(key, claim) and signature != self._signatures.get(key)
+        if changed:
+            self._usage_stale = True
+        if signature is None:
+            self._signatures.pop(key, None)
+        else:
+            self._signatures[key] = signature
+        return changed
+
+    def note_pod(self, key: str, pod: Mapping[str, Any], gone: bool) -> set[str]:
+        """Index the pod's claims (and remember a deleted pod's uid); the keys of the claims
+        it referred to before this event or refers to now."""
+        previous = self._pod_claims.pop(key, set())
+        for claim_key in previous:
+            pods = self._claim_pods.get(claim_key)
+            if pods is not None:
+                pods.discard(key)
+                if not pods:
+                    del self._claim_pods[claim_key]
+        namespace = pod["metadata"].get("namespace")
+        claims = {f"{namespace}/{name}" for name in pod_claim_names(pod).values() if name}
+        if gone:
+            self._deleted_pods[pod["metadata"].get("uid", "")] = None
+            if len(self._deleted_pods) > DELETED_PODS_REMEMBERED:
+                del self._deleted_pods[next(iter(self._deleted_pods))]
+        else:
+            self._pod_claims[key] = claims
+            for claim_key in claims:
+                self._claim_pods.setdefault(claim_key, set()).add(key)
+        return previous | claims
+
+    def adopt(self, stored: dict[str, Any]) -> None:
+        """Make a write we made part of the view before the watch shows it."""
+        key = object_key(stored)
+        self.claim_view.assume(stored)
+        self._signatures[key] = self.usage_signature(stored)
+        self.pending.pop(key, None)
+
+    def adopt_cleared(self, stored: dict[str, Any]) -> None:
+        """An allocation we took back: the view shows it cleared, its capacity is free."""
+        self.claim_view.assume(stored)
+        self._signatures[object_key(stored)] = self.usage_signature(stored)
+        self._usage_stale = True
+
+    # ---- reading ----------------------------------------------------------------------
+
+    def is_ours(self, claim: Mapping[str, Any]) -> bool:
+        """Whether a request of the claim names one of this controller's DeviceClasses."""
+        classes = self.settings.device_classes
+        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+            exactly = request.get("exactly")
+            if exactly is not None and exactly.get("deviceClassName") in classes:
+                return True
+            if any(
+                s.get("deviceClassName") in classes for s in request.get("firstAvailable") or []
+            ):
+                return True
+        return False
+
+    def pods_referring(self, claim_key: str) -> Collection[str]:
+        """The keys of the pods whose spec names the claim."""
+        return self._claim_pods.get(claim_key, ())
+
+    def claims_of_pod(self, pod_key: str) -> Collection[str]:
+        return self._pod_claims.get(pod_key, ())
+
+    def pending_node(self, claim: Mapping[str, Any]) -> str | None:
+        """The node of the allocation being written for the claim, if any."""
+        pending = self.pending.get(object_key(claim))
+        return allocated_node({"status": {"allocation": pending}}) if pending else None
+
+    def usage_signature(self, claim: Mapping[str, Any] | None) -> Any:
+        """What of a claim the usage depends on: its results, and whether they still hold
+        capacity. A reservation added by kube-scheduler changes neither."""
+        allocation = allocation_of(claim)
+        if claim is None or allocation is None:
+            return None
+        results = tuple(
+            (r.get("driver"), r.get("pool"), r.get("device"), str(r.get("consumedCapacity")))
+            for r in (allocation.get("devices") or {}).get("results") or []
+        )
+        return (results, self.freed(claim))
+
+    def freed(self, claim: Mapping[str, Any]) -> bool:
+        """An allocation that no longer holds capacity in this controller's view.
+
+        kube-controller-manager (or this controller) is about to clear it: the
+        claim is being deleted and nobody reserves it, every pod that reserved it
+        is gone or finished, or it is ours, unreserved, and no pod refers to it.
+        """
+        key = object_key(claim)
+        if key in self.pending:
+            return False
+        reserved = reservations_of(claim)
+        if claim["metadata"].get("deletionTimestamp") and not reserved:
+            return True
+        if reserved:
+            namespace = claim["metadata"].get("namespace", "")
+            return all(self._pod_finished(namespace, r) for r in reserved)
+        return (
+            not self.settings.allocate_standalone_claims
+            and self.is_ours(claim)
+            and not self._claim_pods.get(key)
+        )
+
+    def effective_claims(self) -> list[dict[str, Any]]:
+        """Allocated claims that hold capacity, own pending writes included."""
+        claims = []
+        for stored in self.claim_view.values():
+            pending = self.pending.get(object_key(stored))
+            claim = stored
+            if pending is not None:
+                claim = {
+                    **stored,
+                    "status": {**(stored.get("status") or {}), "allocation": pending},
+                }
+            if allocation_of(claim) is not None and not self.freed(claim):
+                claims.append(claim)
+        return claims
+
+    def request_context(self) -> RequestContext:
+        """One per inventory and set of classes, so its selection memo stays valid."""
+        if self._context is None:
+            self._context = RequestContext(
+                driver=self.settings.driver,
+                device_classes=self.settings.device_classes,
+                classes=self.classes.store,
+                inventory=self.inventory,
+                selector_match=self._selector_match,
+                vendors=self.vendors,
+            )
+        return self._context
+
+    def refresh(self) -> None:
+        """Rebuild the inventory and the engine if what they depend on changed."""
+        if self._inventory_stale:
+            previous_duplicates = self.inventory.duplicate_uuids
+            self.inventory = build_inventory(
+                self.slices.store.values(),
+                self.settings.driver,
+                frozenset({self.settings.allocation_taint_key}),
+            )
+            self._inventory_stale = False
+            self._usage_stale = True
+            self._context = None
+            live = {device.cache_key for device in self.inventory.by_key.values()}
+            self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
+            report_duplicate_uuids(
+                self.recorder, self.inventory.duplicate_uuids, previous_duplicates, self.nodes.get
+            )
+        if not self._usage_stale:
+            return
+        claims = self.effective_claims()
+        self.engine = Engine(
+            self.inventory.nodes.values(),
+            usage_by_node(claims, self.inventory),
+            settings=EngineSettings(self.settings.gpu_policy, self.settings.node_policy),
+            vendors=self.vendors,
+            quota=quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors),
+        )
+        self._usage_stale = False
+
+    def _is_own_echo(self, key: str, claim: Mapping[str, Any]) -> bool:
+        """The watch shows an allocation this process is writing (before its response):
+        the engine already holds it, nothing changed."""
+        pending = self.pending.get(key)
+        allocation = allocation_of(claim)
+        if pending is None or allocation is None:
+            return False
+        share_ids = [
+            r.get("shareID") for r in (allocation.get("devices") or {}).get("results") or []
+        ]
+        expected = [r.get("shareID") for r in pending["devices"]["results"]]
+        return share_ids == expected
+
+    def _pod_finished(self, namespace: str, reference: Mapping[str, Any]) -> bool:
+        uid = reference.get("uid", "")
+        if uid in self._deleted_pods:
+            return True
+        pod = self.pods.get(f"{namespace}/{reference.get('name')}")
+        return pod is not None and pod["metadata"].get("uid") == uid and is_terminal(pod)
+
+    def _selector_match(self, expression: str, device: PublishedDevice) -> bool:
+        cel_device = self._cel_devices.get(device.cache_key)
+        if cel_device is None:
+            cel_device = cel_device_from_slice(device.driver, device.spec)
+            self._cel_devices[device.cache_key] = cel_device
+        return self.selectors.matches(expression, device.cache_key, cel_device)

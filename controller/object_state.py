@@ -1,0 +1,79 @@
+"""What the DRA controller reads off claims and pods: allocation, node, phase, verdict.
+
+Pure functions over the API's objects (plain dicts), so the view, the writer,
+the sweeper and the decision loop answer each question about an object in one
+place and the same way. May import only the pure `dra_driver.objects` helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from dra_driver.objects.node_predicates import TERMINAL_PHASES
+
+STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
+"""kube-scheduler's DRA messages for claims it saw unallocated (a cycle that raced us)."""
+
+ConditionSignature = tuple[str, str]
+"""A PodScheduled condition as (lastTransitionTime, message): a new one means a new verdict."""
+
+
+def allocation_of(claim: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    return ((claim or {}).get("status") or {}).get("allocation")
+
+
+def reservations_of(claim: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list((claim.get("status") or {}).get("reservedFor") or [])
+
+
+def allocated_node(claim: Mapping[str, Any]) -> str | None:
+    """The node an allocation's nodeSelector names (this driver's allocations name one)."""
+    selector = (allocation_of(claim) or {}).get("nodeSelector") or {}
+    for term in selector.get("nodeSelectorTerms") or []:
+        for requirement in term.get("matchFields") or []:
+            if requirement.get("key") == "metadata.name" and requirement.get("values"):
+                return str(requirement["values"][0])
+    return None
+
+
+def scheduled_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return condition
+    return None
+
+
+def condition_signature(condition: Mapping[str, Any] | None) -> ConditionSignature | None:
+    if condition is None:
+        return None
+    return (str(condition.get("lastTransitionTime")), str(condition.get("message")))
+
+
+def is_pending(pod: Mapping[str, Any]) -> bool:
+    """Not bound, not being deleted, phase Pending: a pod whose claims may still be allocated."""
+    return (
+        not (pod.get("spec") or {}).get("nodeName")
+        and not pod["metadata"].get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
+    )
+
+
+def is_terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in TERMINAL_PHASES
+
+
+def refused_with_claims_allocated(condition: Mapping[str, Any] | None) -> bool:
+    """A PodScheduled=False that kube-scheduler wrote knowing the claims were allocated.
+
+    A cycle that read the claims before the allocation reports them as not
+    allocatable (`cannot allocate all claims`); only a filter failure on an
+    allocated claim's node (reason Unschedulable, another message) means the
+    pod cannot go there.
+    """
+    return (
+        condition is not None
+        and condition.get("status") == "False"
+        and condition.get("reason") == "Unschedulable"
+        and not any(text in str(condition.get("message")) for text in STALE_CYCLE_MESSAGES)
+    )

@@ -1,0 +1,67 @@
+"""What this process remembers per pod about where it sent the pod's claims.
+
+kube-scheduler tells whether a pod can go to the node its claims were put on
+only through the pod's PodScheduled condition, and a condition written before
+our allocation landed is no verdict on it. So per pod uid: the node chosen and
+the condition as of our completed write (only a later one counts), the nodes
+a pod could not go to (avoided for a while), and the pod's move backoff.
+
+Pure bookkeeping; the sweeper decides moves from it, the node filter's caller
+reads the avoided nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.object_state import ConditionSignature
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where this process sent a pod, and its PodScheduled condition at that moment."""
+
+    node: str
+    condition: ConditionSignature | None
+
+
+class PodPlacements:
+    """Per pod uid: the placement, the nodes to avoid (until when), the last move delay."""
+
+    def __init__(self) -> None:
+        self._placed: dict[str, Placement] = {}
+        self._avoid: dict[str, dict[str, float]] = {}
+        self._move_delays: dict[str, float] = {}
+
+    def sent(self, uid: str, node: str, condition: ConditionSignature | None) -> None:
+        """The pod's claims are being written for `node`; `condition` is the one seen now."""
+        self._placed[uid] = Placement(node, condition)
+
+    def written(self, uid: str, condition: ConditionSignature | None) -> None:
+        """Our writes completed; only a condition after `condition` is about that node."""
+        placed = self._placed.get(uid)
+        if placed is not None and condition is not None:
+            placed.condition = condition
+
+    def placed(self, uid: str) -> Placement | None:
+        return self._placed.get(uid)
+
+    def avoided(self, uid: str, now: float) -> set[str]:
+        """The nodes the pod could not go to, still to be avoided at `now`."""
+        return {node for node, until in self._avoid.get(uid, {}).items() if until > now}
+
+    def moved(
+        self, uid: str, node: str, avoid_until: float, initial_delay: float, max_delay: float
+    ) -> float:
+        """The pod's claims leave `node`: avoid it until `avoid_until`, and the delay before
+        allocating again (doubling from `initial_delay` per move, up to `max_delay`)."""
+        delay = min(self._move_delays.get(uid, initial_delay / 2) * 2, max_delay)
+        self._move_delays[uid] = delay
+        self._avoid.setdefault(uid, {})[node] = avoid_until
+        self._placed.pop(uid, None)
+        return delay
+
+    def forget(self, uid: str) -> None:
+        """The pod finished or is gone."""
+        for table in (self._placed, self._avoid, self._move_delays):
+            table.pop(uid, None)

@@ -1,0 +1,143 @@
+"""Taking back the allocations no pod will use, so their capacity is not lost.
+
+Two cases. A claim of ours allocated but reserved by no pod and referred to
+by none (its pod was deleted while pending, or this process restarted after
+writing it) is cleared, unless standalone claims are allocated on purpose.
+A pod that cannot go where its claims are (the node is gone, or
+kube-scheduler refused it there with the claims allocated) has them moved:
+cleared, the node avoided for `moved_node_memory_s`, and the pod allocated
+again after a doubling delay, with a Warning event saying why.
+
+Owns: the claim keys to check on the next sweep. Calls: the view (reads),
+the allocation writer (clear, spawn), the work queue (in flight, retry),
+the pod placements, the event recorder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from controller.allocation_writer import AllocationWriter
+from controller.cluster_view import ClusterView
+from controller.object_state import (
+    allocated_node,
+    allocation_of,
+    condition_signature,
+    refused_with_claims_allocated,
+    reservations_of,
+    scheduled_condition,
+)
+from controller.pod_placements import PodPlacements
+from controller.settings import ControllerSettings
+from controller.work_queue import WorkQueue, jittered
+from dra_driver.kube.events import WARNING, EventRecorder, involved_object
+
+log = logging.getLogger(__name__)
+
+MOVED = "AllocationMoved"
+
+
+class Sweeper:
+    """Clears never-reserved allocations and moves the claims of pods that cannot stay."""
+
+    def __init__(
+        self,
+        view: ClusterView,
+        writer: AllocationWriter,
+        queue: WorkQueue,
+        placements: PodPlacements,
+        recorder: EventRecorder,
+        settings: ControllerSettings,
+        clock: Callable[[], float],
+    ) -> None:
+        self.view = view
+        self.writer = writer
+        self.queue = queue
+        self.placements = placements
+        self.recorder = recorder
+        self.settings = settings
+        self.clock = clock
+        self._to_check: set[str] = set()
+
+    def check_later(self, claim_keys: Iterable[str]) -> None:
+        """Look at these claims on the next sweep (their pods or allocations changed)."""
+        self._to_check.update(claim_keys)
+
+    def sweep(self) -> None:
+        """Clear allocations of ours that no pod will ever reserve (none when standalone
+        claims are allocated on purpose)."""
+        keys, self._to_check = self._to_check, set()
+        if self.settings.allocate_standalone_claims:
+            return
+        for key in keys:
+            claim = self.view.claim_view.get(key)
+            if (
+                claim is None
+                or key in self.view.pending
+                or allocation_of(claim) is None
+                or reservations_of(claim)
+                or not self.view.is_ours(claim)
+                or self.view.pods_referring(key)
+                or claim["metadata"].get("deletionTimestamp")
+            ):
+                continue
+            log.info("clearing an allocation no pod uses", extra={"claim": key})
+            self.writer.spawn(self.writer.clear_allocation(claim), f"clear {key}")
+
+    def check_moved(self, key: str, pod: Mapping[str, Any], ours: list[dict[str, Any]]) -> None:
+        """The pod cannot go where its claims are (kube-scheduler said so, or the node is
+        gone): clear them, avoid that node for a while, allocate again."""
+        if not ours or any(reservations_of(c) for c in ours):
+            return
+        node = allocated_node(ours[0]) or ""
+        if self.view.nodes.get(node) is None:
+            self._move(key, pod, ours, node, f"node {node} no longer exists")
+            return
+        condition = scheduled_condition(pod)
+        signature = condition_signature(condition)
+        if not refused_with_claims_allocated(condition) or signature is None:
+            return
+        placed = self.placements.placed(pod["metadata"].get("uid", ""))
+        if placed is not None:
+            if placed.condition == signature:
+                return
+            node = placed.node
+        else:
+            stamps = [str((allocation_of(c) or {}).get("allocationTimestamp", "")) for c in ours]
+            if signature[0] <= max(stamps):
+                return
+        self._move(
+            key, pod, ours, node, f"kube-scheduler could not put the pod there ({signature[1]})"
+        )
+
+    def _move(
+        self,
+        key: str,
+        pod: Mapping[str, Any],
+        ours: list[dict[str, Any]],
+        node: str,
+        why: str,
+    ) -> None:
+        delay = self.placements.moved(
+            pod["metadata"].get("uid", ""),
+            node,
+            avoid_until=self.clock() + self.settings.moved_node_memory_s,
+            initial_delay=self.settings.retry_initial_s,
+            max_delay=self.settings.retry_max_s,
+        )
+        message = f"claims allocated on {node} are allocated again elsewhere: {why}"
+        self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, MOVED, message)
+        log.info("moving a pod's claims", extra={"pod": key, "node": node, "why": why})
+        self.queue.start(key)
+
+        async def move() -> None:
+            try:
+                for claim in ours:
+                    await self.writer.clear_allocation(claim)
+            finally:
+                self.queue.finish(key)
+                self.queue.enqueue(key, jittered(delay))
+
+        self.writer.spawn(move(), f"move {key}")

@@ -1,0 +1,130 @@
+"""The controller's work queue: which pod (or standalone claim) to sync next, and when.
+
+A key is a pod's `namespace/name`, or STANDALONE + a claim's key. A key is due
+once the time it was enqueued for has come. A key that did not fit waits
+until the view changed (`changed()` bumps a version) and its backoff passed
+(doubling, jittered so replicas and pods do not retry in step), so a stuck
+pod never spins and a changed cluster is looked at again at once. Keys whose
+writes or moves are running are in flight and skipped until they finish.
+
+Owns only its own tables and the event that wakes the loop; calls nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+STANDALONE = "claim:"
+"""Key prefix of a claim allocated without a pod (`allocate_standalone_claims`)."""
+
+
+def jittered(delay: float) -> float:
+    """The delay stretched by up to a fifth, so retries that started together spread out."""
+    return delay * random.uniform(1.0, 1.2)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A key that did not fit: retried once the view changed and `ready_at` passed."""
+
+    version: int
+    delay: float
+    ready_at: float
+
+
+class WorkQueue:
+    """Due keys, backed-off keys, keys in flight, and since when each key is being tried."""
+
+    def __init__(
+        self, clock: Callable[[], float], retry_initial_s: float, retry_max_s: float
+    ) -> None:
+        self.clock = clock
+        self.retry_initial_s = retry_initial_s
+        self.retry_max_s = retry_max_s
+        self.wake = asyncio.Event()
+        self._version = 0
+        self._due: dict[str, float] = {}
+        self._waiting: dict[str, _Waiting] = {}
+        self._in_flight: set[str] = set()
+        self._first_tried: dict[str, float] = {}
+
+    def enqueue(self, key: str, delay: float = 0.0) -> None:
+        at = self.clock() + delay
+        self._due[key] = min(at, self._due.get(key, at))
+        self.wake.set()
+
+    def changed(self) -> None:
+        """Something a waiting key's fit depends on changed: let waiting keys retry."""
+        self._version += 1
+        self.wake.set()
+
+    def poke(self) -> None:
+        """Run the loop once more although no key is due (the sweeper has work)."""
+        self.wake.set()
+
+    def due(self, now: float) -> list[str]:
+        """The keys to sync now, each once, enqueued ones first."""
+        ready = [key for key, at in self._due.items() if at <= now]
+        for key, waiting in self._waiting.items():
+            if waiting.version < self._version and waiting.ready_at <= now:
+                ready.append(key)
+        return list(dict.fromkeys(ready))
+
+    def take(self, key: str) -> bool:
+        """Remove a due key from the queue; False if it is in flight (not to sync now)."""
+        self._due.pop(key, None)
+        return key not in self._in_flight
+
+    def next_timeout(self, now: float, deadline: float) -> float:
+        """Seconds until the next key is due, or until `deadline` if that comes first."""
+        times = list(self._due.values())
+        times += [w.ready_at for w in self._waiting.values() if w.version < self._version]
+        times.append(deadline)
+        return max(0.0, min(times) - now)
+
+    def back_off(self, key: str) -> bool:
+        """Wait before retrying `key`, twice as long as last time. True when this is news
+        (the first refusal since the view last changed), worth telling the user about."""
+        previous = self._waiting.get(key)
+        delay = min(previous.delay * 2, self.retry_max_s) if previous else self.retry_initial_s
+        self._waiting[key] = _Waiting(self._version, delay, self.clock() + jittered(delay))
+        return previous is None or previous.version != self._version
+
+    def settle(self, key: str) -> None:
+        """The key was decided: it no longer waits for a change."""
+        self._waiting.pop(key, None)
+
+    def forget(self, key: str) -> None:
+        """The pod no longer needs allocating (bound or no longer pending)."""
+        self._waiting.pop(key, None)
+        self._first_tried.pop(key, None)
+
+    def drop(self, key: str) -> None:
+        """The pod finished or is gone: nothing of it stays queued."""
+        self.forget(key)
+        self._due.pop(key, None)
+
+    def start(self, key: str) -> None:
+        """The key's writes or move began: skip it until `finish`."""
+        self._in_flight.add(key)
+
+    def finish(self, key: str) -> None:
+        self._in_flight.discard(key)
+
+    def in_flight(self, key: str) -> bool:
+        return key in self._in_flight
+
+    def note_first_try(self, key: str) -> None:
+        """Start the key's allocation latency at its first try (later tries keep it)."""
+        self._first_tried.setdefault(key, self.clock())
+
+    def pop_first_try(self, key: str) -> float | None:
+        """When the key was first tried, clearing it (its claims are allocated now)."""
+        return self._first_tried.pop(key, None)
+
+    def trying(self) -> Iterator[str]:
+        """The keys tried and not yet allocated."""
+        return iter(self._first_tried)
