@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from libvgpu.cache_files import CacheFiles, CacheReading
+from libvgpu.claim_views import ClaimViews
 from libvgpu.exposition import format_value, gauge_header, label_set, sample, series_prefix
 from libvgpu.host_gpus import HostGpu, HostGpuBackend
 from libvgpu.owners import Owner, OwnerResolver
@@ -263,6 +264,7 @@ class VgpuMetrics:
         self._legacy = legacy_metrics
         self._clock = clock
         self._texts: dict[str, _FileText] = {}
+        self._views = ClaimViews()
 
     def render(self) -> str:
         host = _Lines()
@@ -272,7 +274,7 @@ class VgpuMetrics:
         sections = [["".join(lines)] for lines in host.by_family]
         now = self._clock()
         previous, texts = self._texts, {}
-        for reading in self._files.read_all():
+        for reading in self._views.fold(self._files.read_all()):
             owners = tuple(self._resolver.owners_of(reading.key))
             if not owners:
                 continue

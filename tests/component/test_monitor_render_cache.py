@@ -96,3 +96,32 @@ def test_a_file_that_goes_takes_its_lines_with_it(tmp_path):
     path.unlink()
 
     assert families(metrics)["hami_vgpu_memory_used_bytes"] == {}
+
+
+def test_a_claims_views_on_one_gpu_are_one_series_with_their_sums(tmp_path):
+    """Containers naming different requests of one claim get a region file each
+    (claim_layout); two of them on the same GPU must not repeat a series."""
+    claim_dir = tmp_path / "claims" / CLAIM_UID
+    claim_dir.mkdir(parents=True)
+    files = CacheFiles()
+    for name, limit, used in (("a" * 32, GIB, GIB // 2), ("a" * 32 + "-1", 2 * GIB, GIB)):
+        write_region(
+            claim_dir / f"{name}.cache",
+            Region(
+                uuids=[UUID_A],
+                limits=[limit],
+                procs=[Proc(pid=5, used={0: (0, 0, used, used)})],
+                last_kernel_time=LAST_KERNEL,
+            ),
+        )
+        files.add(str(claim_dir / f"{name}.cache"), CacheFileKey(CacheOwnerKind.CLAIM, CLAIM_UID))
+    claims = ClaimIndex()
+    claims.on_add(claim_object(CLAIM_UID, "split-requests", [("worker-0", POD_UID)]))
+    metrics = VgpuMetrics(files, ClaimResolver(claims), StaticHostBackend(), "n", clock=Clock())
+
+    first = families(metrics)
+
+    assert first["hami_vgpu_memory_used_bytes"] == {"worker-0": GIB + GIB // 2}
+    assert first["hami_vgpu_memory_limit_bytes"] == {"worker-0": 3 * GIB}
+    assert first["hami_container_last_kernel_elapsed_seconds"] == {"worker-0": 5}
+    assert families(metrics) == first
