@@ -17,6 +17,9 @@ from watchfiles import awatch
 from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.xid import XidWatcher
 
+XID_WAIT_FAILED = "xid-wait-failed"
+"""Why every GPU is unhealthy once NVML can no longer say whether XIDs happened."""
+
 
 def open_gpu_backend(mock_gpus: Path | None, *, read_topology: bool = False) -> GpuBackend:
     """The mock file's GPUs when one is given, else NVML (imported only then);
@@ -64,4 +67,12 @@ async def watch_xids(
 
         loop.call_soon_threadsafe(mark)
 
-    await asyncio.to_thread(XidWatcher(backend.nvml, on_xid).run, stop)
+    def on_wait_failed(uuids: Sequence[str], error: str) -> None:
+        def mark() -> None:
+            for uuid in uuids:
+                backend.unhealthy.setdefault(uuid, XID_WAIT_FAILED)
+            on_change()
+
+        loop.call_soon_threadsafe(mark)
+
+    await asyncio.to_thread(XidWatcher(backend.nvml, on_xid, on_wait_failed).run, stop)

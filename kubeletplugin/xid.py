@@ -3,13 +3,16 @@
 A blocking loop (run in a worker thread) waits on an NVML event set for
 critical XID errors and reports `(uuid, xid)`; XIDs that only mean an
 application fault (the NVIDIA device plugin's default skip list) are ignored.
+When the wait itself fails, nothing about the GPUs' health can be known any
+more, so every watched GPU is reported lost, as NVIDIA's device plugin marks
+all its devices unhealthy then; the loop keeps waiting.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,8 +35,12 @@ class XidWatcher:
 
     nvml: Any
     on_xid: Callable[[str, int], None]
+    on_wait_failed: Callable[[Sequence[str], str], None]
+    """Called with every watched GPU and the error when waiting for events failed."""
+
     wait_ms: int = 1000
-    """Each wait on the event set; how soon a stop request is noticed."""
+    """Each wait on the event set; how soon a stop request is noticed, and the pause
+    after a failed wait before the next."""
 
     def run(self, stop: threading.Event) -> None:
         nvml = self.nvml
@@ -46,6 +53,11 @@ class XidWatcher:
                     try:
                         data = nvml.nvmlEventSetWait_v2(events, self.wait_ms)
                     except nvml.NVMLError_Timeout:
+                        continue
+                    except nvml.NVMLError as error:
+                        log.warning("waiting for XID events failed", extra={"error": str(error)})
+                        self.on_wait_failed(tuple(uuids.values()), str(error))
+                        stop.wait(self.wait_ms / 1000)
                         continue
                     xid = int(data.eventData)
                     if data.eventType != XID_CRITICAL_ERROR or xid in APPLICATION_XIDS:
