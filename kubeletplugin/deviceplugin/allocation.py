@@ -19,11 +19,13 @@ from typing import Any
 from api.hami_annotations import (
     BIND_PHASE,
     NODE_LOCK,
+    VGPU_DEVICES_ALLOCATED,
     VGPU_DEVICES_TO_ALLOCATE,
     VGPU_NODE,
     AnnotationDecodeError,
     BindPhase,
     ContainerDevice,
+    RegisteredDevice,
     annotation_is_true,
     decode_pod_devices,
     encode_pod_devices,
@@ -126,8 +128,10 @@ def next_container(pod: Mapping[str, Any], node_name: str, requested: int) -> Co
         )
     try:
         entries = decode_pod_devices(annotations.get(VGPU_DEVICES_TO_ALLOCATE, ""))
+        allocated = decode_pod_devices(annotations.get(VGPU_DEVICES_ALLOCATED, ""))
     except AnnotationDecodeError as error:
         raise AllocateError(f"pod {ref}: {error}") from None
+    _require_part_of_allocated(ref, entries, allocated)
     position = next((i for i, entry in enumerate(entries) if entry), None)
     if position is None:
         raise AllocateError(
@@ -162,6 +166,48 @@ def next_container(pod: Mapping[str, Any], node_name: str, requested: int) -> Co
         remaining=encode_pod_devices(emptied),
         finished=not any(emptied),
     )
+
+
+def _require_part_of_allocated(
+    ref: PodRef,
+    entries: Sequence[Sequence[ContainerDevice]],
+    allocated: Sequence[Sequence[ContainerDevice]],
+) -> None:
+    """The scheduler writes both lists alike in /bind and the device plugin only empties
+    entries of the first, so an entry that differs from the allocated one was written
+    by someone else (HAMi#3041: forged annotations lift a pod's share)."""
+    for position, entry in enumerate(entries):
+        written = allocated[position] if position < len(allocated) else []
+        if entry and list(entry) != list(written):
+            raise AllocateError(
+                f"pod {ref}: {VGPU_DEVICES_TO_ALLOCATE} entry {position} "
+                f"{encode_pod_devices([entry])!r} is not the scheduler's allocation "
+                f"({VGPU_DEVICES_ALLOCATED} entry {encode_pod_devices([written])!r}); refused "
+                "as not written by the scheduler"
+            )
+
+
+def require_registered(grant: ContainerGrant, registered: Sequence[RegisteredDevice]) -> None:
+    """Every device of the grant within what this node registered for it: the scheduler
+    never gives more, so a share beyond that (or a GPU not registered) is forged."""
+    where = f"pod {grant.pod} container {grant.container}"
+    by_uuid = {device.id: device for device in registered}
+    for device in grant.devices:
+        gpu = by_uuid.get(device.uuid)
+        if gpu is None:
+            raise AllocateError(f"{where}: GPU {device.uuid} is not on this node")
+        if device.usedmem > gpu.devmem:
+            raise AllocateError(
+                f"{where}: {VGPU_DEVICES_TO_ALLOCATE} gives GPU {device.uuid} "
+                f"{device.usedmem} MiB of memory, more than the {gpu.devmem} MiB this node "
+                "registered; refused as not written by the scheduler"
+            )
+        if device.usedcores > gpu.devcore:
+            raise AllocateError(
+                f"{where}: {VGPU_DEVICES_TO_ALLOCATE} gives GPU {device.uuid} "
+                f"{device.usedcores} cores, more than the {gpu.devcore} this node registered; "
+                "refused as not written by the scheduler"
+            )
 
 
 def share_set(

@@ -1,7 +1,8 @@
 """Allocate and GetPreferredAllocation against the API server.
 
 One call at a time per node (HAMi takes a process-wide mutex too): read the
-node lock, read the pod it names, decide (allocation.py), check the host's
+node lock, read the pod it names, decide (allocation.py: only an allocation in
+the state the scheduler left it, within what this node registers), check the host's
 libvgpu files, create the container's libvgpu cache dir, then write the
 outcome back on the pod (`hami.io/vgpu-devices-to-allocate` with the served
 container emptied; `hami.io/bind-phase` success once no container is left)
@@ -28,11 +29,17 @@ from kubeletplugin.deviceplugin.allocation import (
     lock_holder,
     next_container,
     require_bound,
+    require_registered,
     share_set,
 )
-from kubeletplugin.deviceplugin.devices import preferred_replicas, replica_uuid
+from kubeletplugin.deviceplugin.devices import (
+    preferred_replicas,
+    registered_devices,
+    replica_uuid,
+)
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.host_files import check_libvgpu_files
+from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings, create_cache_dir, new_cache_nonce
 from libvgpu.cache_paths import legacy_cache_location
 from libvgpu.container_edits import ContainerEdits, build_container_edits
@@ -53,6 +60,7 @@ class PodAllocator:
         client: KubeClient,
         node_name: str,
         gpus: Callable[[], Sequence[GpuInfo]],
+        sharing: Callable[[], SliceSettings],
         libvgpu: LibvgpuPaths,
         cache_dirs: CacheDirSettings,
         *,
@@ -62,6 +70,7 @@ class PodAllocator:
         self.client = client
         self.node_name = node_name
         self.gpus = gpus
+        self.sharing = sharing
         self.libvgpu = libvgpu
         self.cache_dirs = cache_dirs
         self.disable_core_limit = disable_core_limit
@@ -76,6 +85,7 @@ class PodAllocator:
             require_bound(pod, self.node_name)
             try:
                 grant = next_container(pod, self.node_name, len(device_ids))
+                require_registered(grant, registered_devices(self.gpus(), self.sharing()))
                 edits = await asyncio.to_thread(self._prepare, grant)
                 await self._record(grant)
             except DriverError as error:

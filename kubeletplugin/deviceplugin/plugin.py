@@ -120,6 +120,7 @@ class DevicePlugin:
             client,
             settings.node_name,
             lambda: self.gpus,
+            lambda: self.sharing,
             settings.libvgpu,
             settings.cache_dirs,
             disable_core_limit=settings.disable_core_limit,

@@ -237,7 +237,14 @@ async def test_a_malformed_device_list_fails_allocate_with_its_reason(
         await rig.bound_pod("bad", [[device(UUID_A, 10)]])
         await rig.client.patch(
             "/api/v1/namespaces/default/pods/bad",
-            {"metadata": {"annotations": {VGPU_DEVICES_TO_ALLOCATE: to_allocate}}},
+            {
+                "metadata": {
+                    "annotations": {
+                        VGPU_DEVICES_TO_ALLOCATE: to_allocate,
+                        VGPU_DEVICES_ALLOCATED: to_allocate,
+                    }
+                }
+            },
         )
         with pytest.raises(AdmissionRejectedError) as rejected:
             await admit(rig, "u-bad", ContainerRequest("main", 1))

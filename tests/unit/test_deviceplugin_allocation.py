@@ -9,6 +9,7 @@ import pytest
 from api.hami_annotations import (
     BIND_PHASE,
     NODE_LOCK,
+    VGPU_DEVICES_ALLOCATED,
     VGPU_DEVICES_TO_ALLOCATE,
     VGPU_NODE,
     ContainerDevice,
@@ -37,6 +38,7 @@ def node(lock: str | None) -> dict[str, Any]:
 
 
 def pod(to_allocate: str, *, phase: str = "allocating", where: str = NODE, env=()) -> dict:
+    """As /bind leaves it: the allocated list is the list to allocate."""
     return {
         "metadata": {
             "namespace": "ns",
@@ -46,6 +48,7 @@ def pod(to_allocate: str, *, phase: str = "allocating", where: str = NODE, env=(
                 VGPU_NODE: where,
                 BIND_PHASE: phase,
                 VGPU_DEVICES_TO_ALLOCATE: to_allocate,
+                VGPU_DEVICES_ALLOCATED: to_allocate,
             },
         },
         "spec": {
