@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from controller.legacy.config import LegacySettings
+from controller.legacy.config import CallerAuthSettings, LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.status.command import StatusSettings, fetch_status
@@ -138,7 +138,9 @@ async def simulate_legacy(
                 progress.update(task, description=f"starting device plugin on {node}")
                 kubelets[node] = await _start_node(stack, client, settings, index, root)
             progress.update(task, description="starting the legacy scheduler")
-            legacy = LegacyServer(client, LegacySettings(), ServeSettings(port=0))
+            # Loopback and every caller is the simulator itself: who may call is not simulated.
+            open_callers = LegacySettings(caller_auth=CallerAuthSettings(enabled=False))
+            legacy = LegacyServer(client, open_callers, ServeSettings(port=0))
             await stack.enter_async_context(legacy)
             names = set(kubelets)
             await asyncio.wait_for(

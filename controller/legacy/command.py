@@ -9,7 +9,9 @@ settings and `dra_driver.process.runtime`.
 The flags are HAMi's scheduler flags where HAMi has one (`--scheduler-name`,
 `--node-scheduler-policy`, `--gpu-scheduler-policy`, `--node-lock-timeout`,
 `--node-lock-retry-timeout`, `--force-overwrite-default-scheduler`,
-`--device-config-file`), each with an environment variable. HAMi's
+`--device-config-file`), each with an environment variable. `--allowed-callers`,
+`--client-ca-file` and `--authenticate-callers` (on by default) decide who may
+call /filter, /bind and /webhook. HAMi's
 `--node-lock-retry-timeout` applies to PodGroup members only; here every Bind
 waits that long (default 20 s) for a held node lock. Heavy imports wait until
 a command runs.
@@ -70,6 +72,33 @@ def _register_role(commands: Subcommands, name: str) -> None:
     parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
     parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
     parser.add_argument(
+        "--client-ca-file",
+        type=Path,
+        env="CLIENT_CA_FILE",
+        help="CA of the client certificates that identify callers (kube-scheduler, API server)",
+    )
+    parser.add_argument(
+        "--allowed-callers",
+        env="ALLOWED_CALLERS",
+        default="",
+        help="comma-separated usernames (TokenReview) and certificate CNs let into "
+        "/filter, /bind and /webhook",
+    )
+    parser.add_argument(
+        "--authenticate-callers",
+        action=argparse.BooleanOptionalAction,
+        env="AUTHENTICATE_CALLERS",
+        default=True,
+        help="refuse unauthenticated (401) and not-allowed (403) callers; off only on loopback",
+    )
+    parser.add_argument(
+        "--token-review-ttl",
+        type=float,
+        env="TOKEN_REVIEW_TTL_SECONDS",
+        default=10.0,
+        help="seconds a TokenReview answer is reused",
+    )
+    parser.add_argument(
         "--device-config-file",
         type=Path,
         env="DEVICE_CONFIG_FILE",
@@ -108,7 +137,7 @@ def _register_role(commands: Subcommands, name: str) -> None:
 
 def run_legacy(args: argparse.Namespace) -> int:
     """Build the settings from the flags and serve until SIGINT/SIGTERM."""
-    from controller.legacy.config import LegacySettings, load_device_config
+    from controller.legacy.config import CallerAuthSettings, LegacySettings, load_device_config
     from controller.legacy.server import ServeSettings, serve_legacy
     from dra_driver.engine.engine import EngineSettings
     from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
@@ -122,6 +151,14 @@ def run_legacy(args: argparse.Namespace) -> int:
         raise InvalidParameterError("--node-lock-timeout", "must be a positive number of seconds")
     if args.node_lock_retry_timeout < 0:
         raise InvalidParameterError("--node-lock-retry-timeout", "must be 0 or more seconds")
+    if args.token_review_ttl < 0:
+        raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
+    allowed = frozenset(name.strip() for name in args.allowed_callers.split(",") if name.strip())
+    if args.authenticate_callers and not allowed:
+        raise InvalidParameterError(
+            "--allowed-callers",
+            "empty: every caller would be refused (or --no-authenticate-callers)",
+        )
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -132,6 +169,11 @@ def run_legacy(args: argparse.Namespace) -> int:
         node_lock_retry_timeout=timedelta(seconds=args.node_lock_retry_timeout),
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
+        caller_auth=CallerAuthSettings(
+            enabled=args.authenticate_callers,
+            allowed_callers=allowed,
+            token_review_ttl=timedelta(seconds=args.token_review_ttl),
+        ),
     )
     serve = ServeSettings(
         host=args.host,
@@ -140,6 +182,7 @@ def run_legacy(args: argparse.Namespace) -> int:
         webhook=args.webhook,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        client_ca=args.client_ca_file,
     )
     serve.ssl_context()
     return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))

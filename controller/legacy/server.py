@@ -3,9 +3,12 @@
 `POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `GET
 /healthz` (the process answers), `GET /readyz` (the caches have listed) and
 `GET /metrics` (HAMi's scheduler metrics).
-Bodies are limited to 1 MiB (413 beyond). Malformed input is answered with a
-4xx and a message naming the field, never a stack trace; TLS is optional
-(certificate and key files). Reference: hami-protocol.md §4, §6.
+Bodies are limited to 1 MiB (413 beyond). /filter, /bind and /webhook answer
+only authenticated, allowed callers (caller_auth.py): a client certificate
+verified against `client_ca` or a bearer token TokenReview vouches for.
+Malformed input is answered with a 4xx and a message naming the field, never a
+stack trace; TLS is optional (certificate and key files). Reference:
+hami-protocol.md §4, §6.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from controller.legacy.admission import AdmissionDecision, allow, review_pod
+from controller.legacy.caller_auth import CallerAuthenticator
 from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
@@ -52,9 +56,15 @@ class ServeSettings:
     webhook: bool = True
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    client_ca: Path | None = None
+    """CA whose client certificates (kube-scheduler's, the API server's) identify callers."""
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.tls_cert is None and self.tls_key is None:
+            if self.client_ca is not None:
+                raise InvalidParameterError(
+                    "--client-ca-file", "client certificates need TLS: give --tls-cert/--tls-key"
+                )
             return None
         if self.tls_cert is None or self.tls_key is None:
             raise InvalidParameterError("--tls-cert/--tls-key", "give both or neither")
@@ -63,7 +73,18 @@ class ServeSettings:
             context.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as error:
             raise InvalidParameterError("--tls-cert/--tls-key", f"cannot load: {error}") from None
+        if self.client_ca is not None:
+            self._verify_clients(context, self.client_ca)
         return context
+
+    @staticmethod
+    def _verify_clients(context: ssl.SSLContext, client_ca: Path) -> None:
+        """Ask for a client certificate and check it; optional, so token callers still connect."""
+        context.verify_mode = ssl.CERT_OPTIONAL
+        try:
+            context.load_verify_locations(cafile=client_ca)
+        except (OSError, ssl.SSLError) as error:
+            raise InvalidParameterError("--client-ca-file", f"cannot load: {error}") from None
 
 
 def _bad_request(message: str, key: str = "Error") -> web.Response:
@@ -118,13 +139,16 @@ class LegacyServer:
         self.extender = Extender(
             client, self.state, NodeLocker(client, timeout=settings.node_lock_timeout), events
         )
+        self.caller_auth = CallerAuthenticator(client, settings.caller_auth)
         self.registry = CollectorRegistry()
         self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))
         self._runner: web.AppRunner | None = None
         self.port = serve.port
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES, middlewares=[self.caller_auth.middleware]
+        )
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)

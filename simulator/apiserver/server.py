@@ -25,6 +25,7 @@ from aiohttp import web
 from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
+from .authentication import TOKEN_REVIEWS_PATH, Tokens
 from .cluster import Cluster
 from .controllers import Controllers
 from .conversion import PRESENTERS
@@ -97,7 +98,8 @@ def _bookmark(resource: ResourceType, rv: int) -> dict[str, Any]:
 
 
 class APIServer:
-    """An in-process kube-apiserver on loopback HTTP; `faults` is the fault-injection handle."""
+    """An in-process kube-apiserver on loopback HTTP; `faults` is the fault-injection handle,
+    `tokens` issues the bearer tokens its TokenReview vouches for."""
 
     def __init__(
         self, settings: APIServerSettings | None = None, registry: Registry | None = None
@@ -105,6 +107,7 @@ class APIServer:
         self.settings = settings or APIServerSettings()
         self.registry = registry or Registry()
         self.faults = FaultInjector()
+        self.tokens = Tokens()
         self._storage: Storage | None = None
         self._cluster: Cluster | None = None
         self._controllers: Controllers | None = None
@@ -218,6 +221,8 @@ class APIServer:
             return _json_response(discovery.VERSION_INFO)
         if head in ("healthz", "readyz", "livez"):
             return web.Response(text="ok")
+        if request.method == "POST" and request.path == TOKEN_REVIEWS_PATH:
+            return await self._token_review(request)
         if head == "api":
             if len(parts) == 1:
                 return _json_response(discovery.core_versions(f"{self.settings.host}:{self._port}"))
@@ -229,6 +234,13 @@ class APIServer:
                 return self._document(discovery.group(self.registry, parts[1]), request.path)
             return await self._group_request(request, parts[1], parts[2], parts[3:])
         raise self._path_not_found(request.path)
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        """Who a bearer token is (a create that stores nothing, answered 201 like the real one)."""
+        audit.record(
+            request.headers.get("User-Agent", ""), "create", "authentication.k8s.io", "tokenreviews"
+        )
+        return _json_response(self.tokens.review(await self._body(request)), status=201)
 
     @staticmethod
     def _path_not_found(path: str) -> ApiError:

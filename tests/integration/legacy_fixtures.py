@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from api.hami_annotations import (
@@ -25,7 +26,7 @@ from api.hami_annotations import (
     decode_pod_devices,
     encode_node_devices,
 )
-from controller.legacy.config import LegacySettings
+from controller.legacy.config import CallerAuthSettings, LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
@@ -35,6 +36,8 @@ from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExten
 NODES = "/api/v1/nodes"
 GPU_MEMORY_MIB = 16384
 WAIT_S = 30.0
+OPEN = CallerAuthSettings(enabled=False)
+"""Caller authentication off: for the tests that are not about who may call."""
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -144,10 +147,14 @@ async def create_pod(client: KubeClient, pod: dict[str, Any]) -> dict[str, Any]:
 
 @asynccontextmanager
 async def legacy_scheduler(
-    client: KubeClient, settings: LegacySettings | None = None, **serve: Any
+    client: KubeClient,
+    settings: LegacySettings | None = None,
+    caller_auth: CallerAuthSettings = OPEN,
+    **serve: Any,
 ) -> AsyncIterator[LegacyServer]:
     """The `dra-driver scheduler` process (extender + webhook) on a free loopback port."""
-    server = LegacyServer(client, settings or LegacySettings(), ServeSettings(port=0, **serve))
+    settings = replace(settings or LegacySettings(), caller_auth=caller_auth)
+    server = LegacyServer(client, settings, ServeSettings(port=0, **serve))
     async with server:
         yield server
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from legacy_fixtures import (
+    OPEN,
     add_gpu_node,
     add_namespace,
     create_pod,
@@ -61,7 +62,9 @@ async def test_stale_requesting_with_no_allocatable_gpus_is_unhealthy(cluster) -
     await set_allocatable(client, "gone", "0")
     await set_allocatable(client, "no-time", "0")
     async with (
-        LegacyServer(client, LegacySettings(), ServeSettings(port=0), state) as server,
+        LegacyServer(
+            client, LegacySettings(caller_auth=OPEN), ServeSettings(port=0), state
+        ) as server,
         extender_client(server) as scheduler,
     ):
         await wait_for_nodes(server, "gone", "alive", "no-time")
@@ -131,7 +134,7 @@ async def test_node_label_selector_limits_the_nodes_read(cluster) -> None:
     await client.patch(
         object_path("/api/v1/nodes", "selected"), {"metadata": {"labels": {"gpu": "on"}}}
     )
-    settings = LegacySettings(node_label_selector="gpu=on")
+    settings = LegacySettings(node_label_selector="gpu=on", caller_auth=OPEN)
     async with (
         LegacyServer(client, settings, ServeSettings(port=0)) as server,
         extender_client(server) as scheduler,
