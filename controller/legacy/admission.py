@@ -16,10 +16,31 @@ runtimeClassName; it is denied when any of its containers is privileged (a
 privileged sidecar sees every GPU of the node as much as the GPU container
 does; HAMi's `privilegedContainerName`), when `spec.nodeName` is preset, or
 when it would exceed the namespace quota. Every denial says what to change.
+
+Tamper-proofing (issue 17). In device-plugin mode kubelet puts the device
+plugin's env first and the container's own after it, and the last value wins,
+so only admission can keep a GPU container (init or app) from lifting its
+limits. Such a container is refused, naming the container and the field, when
+it sets a limit or cache variable (`CUDA_DEVICE_MEMORY_LIMIT*`,
+`CUDA_DEVICE_SM_LIMIT*`, `CUDA_DEVICE_MEMORY_SHARED_CACHE`) or an `LD_PRELOAD`
+naming anything but libvgpu's container path; when it sets
+`CUDA_DISABLE_CONTROL` or `GPU_CORE_UTILIZATION_POLICY` outside the namespaces
+an administrator lists (`enforcement_opt_out_namespaces`); when it mounts a
+volume at, inside or above the library, `/etc/ld.so.preload`, the lock dir or
+the cache dir (a mount above replaces what lies under it, and how nested mounts
+stack is the runtime's business, not admission's); and when an `envFrom` has no
+`prefix`, or one that could spell a guarded name (a ConfigMap can carry any key
+and change after admission). Pinning is used only where it cannot fight the
+device plugin: outside the opt-out namespaces every GPU container gets
+`CUDA_DISABLE_CONTROL=false` appended as the last entry of its env, so a value
+that arrives some other way loses (the device plugin reads the container's env
+with later entries winning). The limits are not pinned: the device plugin sets
+them per allocation, and a pinned value would override its own.
 """
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,13 +50,29 @@ from api.quantity import QuantityError, parse_quantity
 from controller.legacy.config import CorePolicy, LegacySettings
 from dra_driver.engine.quota import NamespaceQuota
 from dra_driver.engine.vendors import VendorAdapter
-from dra_driver.errors import InvalidParameterError
+from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.objects.pod_workloads import admission_limits
+from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
 CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+PRELOAD_ENV = "LD_PRELOAD"
+LIMIT_ENV_FAMILIES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")
+"""Each name and every `<name>_<i>` is set by the device plugin from the allocation."""
+CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+OPT_OUT_ENV = (DISABLE_CONTROL_ENV, CORE_POLICY_ENV)
+"""Variables that switch HAMi-core's enforcement off: an administrator's decision."""
+_PATHS = LibvgpuPaths()
+PROTECTED_PATHS = (
+    _PATHS.container_library_path,
+    _PATHS.container_preload_path,
+    _PATHS.lock_dir,
+    _PATHS.legacy_container_cache_dir,
+)
+"""Container paths the device plugin mounts for HAMi-core; a pod's own mount must not touch them."""
 
 Patch = list[dict[str, Any]]
 
@@ -49,6 +86,16 @@ class AdmissionDecision:
     message: str = ""
     code: int = 200
     reason: str = ""
+
+
+class TamperError(DriverError):
+    """A GPU container tries to lift or escape HAMi-core's limits; names the container and field."""
+
+    def __init__(self, container: str, field: str, reason: str) -> None:
+        super().__init__(f"container {container}: {field} {reason}")
+        self.container = container
+        self.field = field
+        self.reason = reason
 
 
 def allow(patch: Patch | None = None, message: str = "") -> AdmissionDecision:
@@ -84,12 +131,82 @@ def _integer(raw: object, field_path: str) -> int:
     return int(value)
 
 
+def _env_refusal(name: str, item: Mapping[str, Any], opt_out: bool) -> str:
+    """Why a GPU container may not set `name` itself, or "" when it may."""
+    if name == CACHE_ENV or name.startswith(LIMIT_ENV_FAMILIES):
+        return (
+            "is set by the device plugin from the allocation, and the container's own value "
+            "would replace it; remove it"
+        )
+    if name in OPT_OUT_ENV and not opt_out:
+        return (
+            "turns HAMi-core's enforcement off, which only namespaces an administrator lists "
+            "may do; remove it"
+        )
+    if name == PRELOAD_ENV:
+        entries = str(item.get("value") or "").replace(":", " ").split()
+        if "valueFrom" in item or any(entry != CONTAINER_LIBRARY_PATH for entry in entries):
+            return (
+                "preloads a library other than libvgpu, which can hide CUDA from it; "
+                f"remove it or set it to {CONTAINER_LIBRARY_PATH}"
+            )
+    return ""
+
+
+def _prefix_spells_guarded(prefix: str, opt_out: bool) -> bool:
+    """Whether `prefix` + some ConfigMap key could be a variable `_env_refusal` guards."""
+    names = [CACHE_ENV, PRELOAD_ENV] + ([] if opt_out else list(OPT_OUT_ENV))
+    return any(name.startswith(prefix) and name != prefix for name in names) or any(
+        family.startswith(prefix) or prefix.startswith(family) for family in LIMIT_ENV_FAMILIES
+    )
+
+
+def _covers(mount_path: str, protected: str) -> bool:
+    """Whether a mount at `mount_path` is at, inside or above `protected`."""
+    mount = "/" + posixpath.normpath(mount_path).lstrip("/")
+    return (
+        mount == protected
+        or protected.startswith(mount.rstrip("/") + "/")
+        or (mount.startswith(protected + "/"))
+    )
+
+
+def _check_tamper(container: Mapping[str, Any], where: str, opt_out: bool) -> None:
+    """Raise TamperError for the first field of a GPU container that could lift its limits."""
+    name = container.get("name") or where
+    for index, item in enumerate(container.get("env") or []):
+        variable = str(item.get("name") or "")
+        reason = _env_refusal(variable, item, opt_out)
+        if reason:
+            raise TamperError(name, f"{where}.env[{index}] ({variable})", reason)
+    for index, source in enumerate(container.get("envFrom") or []):
+        prefix = str(source.get("prefix") or "")
+        if not prefix or _prefix_spells_guarded(prefix, opt_out):
+            raise TamperError(
+                name,
+                f"{where}.envFrom[{index}] (prefix {prefix!r})",
+                "could bring in HAMi-core's variables (a ConfigMap or Secret can carry any key "
+                "and change after admission); give it a prefix such as APP_",
+            )
+    for index, mount in enumerate(container.get("volumeMounts") or []):
+        path = str(mount.get("mountPath") or "")
+        for protected in PROTECTED_PATHS:
+            if _covers(path, protected):
+                raise TamperError(
+                    name,
+                    f"{where}.volumeMounts[{index}] ({path})",
+                    f"would cover {protected}, which the device plugin mounts for HAMi-core; "
+                    "mount the volume elsewhere",
+                )
+
+
 def _mutate_container(
     container: Mapping[str, Any],
     base: tuple[str | int, ...],
     where: str,
     vendor: VendorAdapter,
     settings: LegacySettings,
+    opt_out: bool,
 ) -> _Container:
     names = vendor.resources
     config = settings.nvidia
@@ -99,6 +216,8 @@ def _mutate_container(
     added = admission_limits(vendor, limits, requests, where)
     merged = {**limits, **added}
     result = _Container(has_gpu=names.count in merged)
+    if result.has_gpu:
+        _check_tamper(container, where, opt_out)
     if added:
         if "limits" in resources:
             result.patch += [
@@ -126,6 +245,8 @@ def _mutate_container(
         env.append({"name": CORE_POLICY_ENV, "value": config.gpu_core_policy.value})
     if not result.has_gpu and config.overwrite_env:
         env.append({"name": VISIBLE_DEVICES_ENV, "value": "none"})
+    if result.has_gpu and not opt_out:
+        env.append({"name": DISABLE_CONTROL_ENV, "value": "false"})
     if env:
         if container.get("env"):
             result.patch += [
@@ -176,12 +297,13 @@ def review_pod(
     patch: Patch = []
     gpu_containers: list[str] = []
     app_memory = app_cores = init_memory = init_cores = 0
+    opt_out = namespace in settings.enforcement_opt_out_namespaces
     try:
         for key in ("initContainers", "containers"):
             for index, container in enumerate(spec.get(key) or []):
                 where = f"spec.{key}[{index}]"
                 mutated = _mutate_container(
-                    container, ("spec", key, index), where, vendor, settings
+                    container, ("spec", key, index), where, vendor, settings, opt_out
                 )
                 patch += mutated.patch
                 if not mutated.has_gpu:
@@ -195,6 +317,8 @@ def review_pod(
                     app_cores += mutated.cores
     except InvalidParameterError as error:
         return deny(str(error), 400, "BadRequest")
+    except TamperError as error:
+        return deny(str(error))
     if not gpu_containers:
         return allow(patch, message="pod requests no GPU resources")
     privileged = _privileged_container(spec)

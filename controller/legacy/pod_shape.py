@@ -2,8 +2,9 @@
 
 kube-scheduler and kube-apiserver send well-formed pods, but the extender and
 webhook are HTTP endpoints: anything can arrive. Checking the few parts the
-rules walk (metadata maps, container lists, resources, env) turns a malformed
-document into a 400 naming the field, instead of an error deep in the rules.
+rules walk (metadata maps, container lists, resources, env, envFrom, volume
+mounts) turns a malformed document into a 400 naming the field, instead of an
+error deep in the rules.
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def _sequence(value: Any, where: str) -> list[Any]:
     return value
 
 
+def _objects(value: Any, where: str) -> None:
+    """A list whose items are objects (env entries, envFrom sources, volume mounts)."""
+    for index, item in enumerate(_sequence(value, where)):
+        if not isinstance(item, dict):
+            raise InvalidParameterError(f"{where}[{index}]", "expected an object")
+
+
 def check_pod_shape(pod: Any, where: str = "Pod") -> None:
     """Raise InvalidParameterError naming the first part of `pod` with the wrong type."""
     if not isinstance(pod, dict):
@@ -54,5 +62,6 @@ def check_pod_shape(pod: Any, where: str = "Pod") -> None:
             for kind in ("limits", "requests"):
                 _mapping((resources or {}).get(kind), f"{at}.resources.{kind}")
             _mapping(container.get("securityContext"), f"{at}.securityContext")
-            _sequence(container.get("env"), f"{at}.env")
+            for part in ("env", "envFrom", "volumeMounts"):
+                _objects(container.get(part), f"{at}.{part}")
     _mapping(pod.get("status"), f"{where}.status")

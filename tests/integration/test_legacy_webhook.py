@@ -94,7 +94,12 @@ async def test_captured_review_over_tls_gets_our_scheduler(
         outcome = await apiserver.review(captured)
     assert outcome.allowed and outcome.http_status == 201
     assert outcome.patch == [
-        {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"}
+        {
+            "op": "add",
+            "path": "/spec/containers/0/env",
+            "value": [{"name": "CUDA_DISABLE_CONTROL", "value": "false"}],
+        },
+        {"op": "replace", "path": "/spec/schedulerName", "value": "hami-scheduler"},
     ]
     assert outcome.object["spec"]["containers"][0]["resources"]["limits"] == {
         "nvidia.com/gpu": "1",
@@ -141,6 +146,58 @@ async def test_privileged_sidecar_of_a_gpu_pod_is_denied(cluster) -> None:
     assert outcome.status["message"].startswith(
         'admission webhook "vgpu.hami.io" denied the request: container agent is privileged'
     )
+
+
+@pytest.mark.parametrize(
+    ("part", "value", "field"),
+    [
+        ("env", [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "80g"}], "env[0]"),
+        ("env", [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}], "env[0]"),
+        ("envFrom", [{"configMapRef": {"name": "limits"}}], "envFrom[0]"),
+        ("volumeMounts", [{"name": "h", "mountPath": "/etc/ld.so.preload"}], "volumeMounts[0]"),
+    ],
+)
+async def test_tampering_gpu_container_is_refused_over_http(
+    cluster, part: str, value: list[dict[str, Any]], field: str
+) -> None:
+    _, client = cluster
+    pod = gpu_pod("tamper", NS)
+    pod["spec"]["containers"][0][part] = value
+    async with legacy_scheduler(client) as server:
+        outcome = await admit(base_url(server), pod)
+    assert not outcome.allowed and outcome.http_status == 403
+    assert outcome.status["message"].startswith(
+        'admission webhook "vgpu.hami.io" denied the request: '
+        f"container cuda: spec.containers[0].{field}"
+    )
+
+
+async def test_admitted_gpu_pod_is_stored_with_disable_control_pinned_last(cluster) -> None:
+    _, client = cluster
+    pod = gpu_pod("pinned", NS)
+    pod["spec"]["containers"][0]["envFrom"] = [{"prefix": "APP_", "configMapRef": {"name": "c"}}]
+    async with legacy_scheduler(client) as server:
+        outcome = await admit(base_url(server), pod)
+    assert outcome.allowed
+    stored = await create_pod(client, outcome.object)
+    assert stored["spec"]["containers"][0]["env"][-1] == {
+        "name": "CUDA_DISABLE_CONTROL",
+        "value": "false",
+    }
+
+
+async def test_opt_out_namespace_may_disable_control(cluster) -> None:
+    _, client = cluster
+    settings = LegacySettings(enforcement_opt_out_namespaces=frozenset({NS}))
+    pod = gpu_pod("opt-out", NS)
+    pod["spec"]["containers"][0]["env"] = [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}]
+    async with legacy_scheduler(client, settings) as server:
+        outcome = await admit(base_url(server), pod)
+    assert outcome.allowed
+    stored = await create_pod(client, outcome.object)
+    assert stored["spec"]["containers"][0]["env"] == [
+        {"name": "CUDA_DISABLE_CONTROL", "value": "true"}
+    ]
 
 
 async def test_overwrite_env_pod_without_gpu_is_stored_seeing_none(cluster) -> None:

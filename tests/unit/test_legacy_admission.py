@@ -106,7 +106,11 @@ def test_percentage_outside_range_is_denied_naming_the_field() -> None:
 def test_priority_core_policy_runtime_class_and_overwrite_env() -> None:
     config = settings(gpuCorePolicy="force", runtimeClassName="nvidia", overwriteEnv=True)
     result = mutated(pod(ctr("gpu", gpu=1, priority=1), ctr("side")), config)
-    assert env(result, 0) == {"CUDA_TASK_PRIORITY": "1", "GPU_CORE_UTILIZATION_POLICY": "force"}
+    assert env(result, 0) == {
+        "CUDA_TASK_PRIORITY": "1",
+        "GPU_CORE_UTILIZATION_POLICY": "force",
+        "CUDA_DISABLE_CONTROL": "false",
+    }
     assert env(result, 1) == {
         "GPU_CORE_UTILIZATION_POLICY": "force",
         "NVIDIA_VISIBLE_DEVICES": "none",
@@ -117,7 +121,11 @@ def test_priority_core_policy_runtime_class_and_overwrite_env() -> None:
 def test_env_is_appended_to_existing_env() -> None:
     container = ctr(gpu=1, priority=0)
     container["env"] = [{"name": "A", "value": "1"}]
-    assert env(mutated(pod(container))) == {"A": "1", "CUDA_TASK_PRIORITY": "0"}
+    assert mutated(pod(container))["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": "CUDA_TASK_PRIORITY", "value": "0"},
+        {"name": "CUDA_DISABLE_CONTROL", "value": "false"},
+    ]
 
 
 def test_overwrite_env_hides_gpus_from_a_pod_without_any_gpu_container() -> None:
