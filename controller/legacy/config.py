@@ -154,6 +154,19 @@ def load_device_config(path: Path | None) -> DeviceConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class CallerAuthSettings:
+    """Who may call /filter, /bind and /webhook (HAMi#3030: anyone in the cluster could bind)."""
+
+    enabled: bool = True
+    """Off only for a loopback simulator or a test that does not exercise it."""
+    allowed_callers: frozenset[str] = frozenset()
+    """Usernames a TokenReview may answer and client-certificate CNs that are let in."""
+    token_review_ttl: timedelta = timedelta(seconds=10)
+    """How long a TokenReview answer is reused, so /filter does not wait on the API server
+    every call; short, so a revoked token stops working soon."""
+
+
+@dataclass(frozen=True, slots=True)
 class LegacySettings:
     """Everything the extender and webhook are told (HAMi's scheduler flags + device config)."""
 
@@ -172,6 +185,11 @@ class LegacySettings:
     """How often handshake ages are re-evaluated (HAMi's registration ticker)."""
     node_label_selector: str | None = None
     """Only nodes matching it are read (HAMi's `--node-label-selector`); others are unregistered."""
+    caller_auth: CallerAuthSettings = field(default_factory=CallerAuthSettings)
+    enforcement_opt_out_namespaces: frozenset[str] = frozenset()
+    """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
+    `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
+    administrator's decision, so everywhere else the webhook refuses both."""
     enforcement_opt_out_namespaces: frozenset[str] = frozenset()
     """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
     `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
