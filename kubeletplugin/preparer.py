@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import posixpath
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
+from dra_driver.objects.tamper_rules import GuardedPaths, tamper_findings
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -258,6 +260,7 @@ class ClaimPreparer:
             pod = await self._fetch_pod(namespace, reference.name, reference.uid)
             if pod is None:
                 continue
+            refuse_tampering(pod, f"{namespace}/{reference.name}", self.settings.libvgpu)
             pods.append(f"{namespace}/{reference.name}")
             uses += claim_uses(pod, f"{namespace}/{reference.name}", name)
             for container, claims in sorted(container_claims(pod).items()):
@@ -427,6 +430,22 @@ class ClaimPreparer:
             except InvalidParameterError:
                 continue
         return uids
+
+
+def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths) -> None:
+    """The second line behind admission: a reserving pod with a container that could
+    lift libvgpu's limits (privileged, CAP_SYS_ADMIN, a hostPath over its files) is not
+    prepared, since its claim's shares would not hold."""
+    guarded = GuardedPaths(
+        host=(paths.host_dir, paths.lock_dir, paths.cache_root, paths.container_preload_path),
+        container=(paths.container_preload_path, posixpath.dirname(paths.container_library_path)),
+    )
+    findings = tamper_findings(pod, guarded)
+    if findings:
+        first = findings[0]
+        raise InvalidParameterError(
+            f"pod {pod_name} container {first.container} {first.field}", first.reason
+        )
 
 
 def claim_uses(pod: Mapping[str, Any], pod_name: str, claim: str) -> list[ContainerUse]:
