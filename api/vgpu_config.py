@@ -252,6 +252,27 @@ def merge_configs(
     return VGPUConfig.model_construct(_fields_set=set(merged), **merged)
 
 
+def enforcement_opt_outs(config: VGPUConfig) -> tuple[str, ...]:
+    """Wire names of the fields that turn libvgpu's enforcement off; readers allow them
+    only where an administrator wrote them (a DeviceClass), since they lift every limit."""
+    opt_outs = []
+    if config.disable_control:
+        opt_outs.append("disableControl")
+    if config.core_limit_policy == "disable":
+        opt_outs.append("coreLimitPolicy")
+    return tuple(opt_outs)
+
+
+def without_opt_outs(config: VGPUConfig) -> VGPUConfig:
+    """The config with its enforcement opt-outs unset, so earlier configs and defaults apply."""
+    by_alias = {field.alias: name for name, field in VGPUConfig.model_fields.items()}
+    dropped = {by_alias[wire] for wire in enforcement_opt_outs(config)}
+    kept = config.model_fields_set - dropped
+    return VGPUConfig.model_construct(
+        _fields_set=kept, **{name: getattr(config, name) for name in kept}
+    )
+
+
 def _wire_path(prefix: str, location: tuple[int | str, ...]) -> str:
     path = prefix
     for part in location:

@@ -154,7 +154,8 @@ def build_claim_edits(
     plan: ClaimPlan, views: Sequence[ClaimView], cache: CacheLocation, paths: LibvgpuPaths
 ) -> ClaimEdits:
     """Each view's libvgpu edits, split so that a container gets exactly its view's: the
-    per-ordinal limits go on the device of their GPU, env that differs between views on
+    per-ordinal limits go on the device of their GPU (the pins of ordinals past the view's
+    GPUs with the view's other env), env that differs between views on
     every device of the view, the rest (and the mounts, the same for all) spec-wide."""
     per_view_env: list[list[EnvVar]] = []
     per_grant: dict[int, list[EnvVar]] = {}
@@ -168,7 +169,7 @@ def build_claim_edits(
         view_env = []
         for variable in edits.env:
             match = PER_ORDINAL_ENV.fullmatch(variable.name)
-            if match:
+            if match and int(match.group(2)) < len(ordered):
                 ordinal_env[ordered[int(match.group(2))].uuid].append(variable)
             else:
                 view_env.append(variable)

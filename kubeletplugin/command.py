@@ -78,6 +78,14 @@ def register_kubelet_plugin(commands: Subcommands) -> None:
         help="taint devices so only the HAMi-policy controller allocates them",
     )
     plugin.add_argument(
+        "--allow-claim-opt-out",
+        action=argparse.BooleanOptionalAction,
+        env="ALLOW_CLAIM_OPT_OUT",
+        default=False,
+        help="honour a claim's own disableControl / coreLimitPolicy: disable (default: "
+        "only a DeviceClass's config may turn HAMi-core's limits off)",
+    )
+    plugin.add_argument(
         "--library-log-level",
         env="LIBRARY_LOG_LEVEL",
         default="WARNING",

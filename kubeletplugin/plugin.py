@@ -73,6 +73,8 @@ class PluginSettings:
     nvidia_cdi_prefix: str | None = None
     claim_read_timeout_s: float = CLAIM_READ_TIMEOUT_S
     """Longest wait for one claim read while preparing, seconds (why 20: preparer.py)."""
+    allow_claim_opt_out: bool = False
+    """Honour a claim's own enforcement opt-out; by default only a DeviceClass's is."""
 
     @property
     def driver(self) -> str:
@@ -146,6 +148,7 @@ class KubeletPlugin:
                 dev_dir=settings.dev_dir,
                 nvidia_cdi_prefix=settings.nvidia_cdi_prefix,
                 claim_read_timeout_s=settings.claim_read_timeout_s,
+                allow_claim_opt_out=settings.allow_claim_opt_out,
             ),
             client,
             lambda: self._capacities,

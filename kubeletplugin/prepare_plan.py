@@ -11,6 +11,12 @@ claim with `VGPUConfig {memory: 2Gi}` and no capacity request is charged the
 whole card. The container still gets what the config asked for when that is
 within the charge, and the plan lists each such result (`uncharged`) so the
 user can be told to write a capacity request instead.
+
+Turning enforcement off (`disableControl`, `coreLimitPolicy: disable`) lifts
+every limit, so it is an administrator's decision: honoured from the
+DeviceClass's config, and from a claim's only when the driver allows claims
+to opt out. Otherwise the claim's opt-out is dropped, the limits stay, and
+the plan lists it (`ignored_opt_outs`) so the user is told why.
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.quantity import MIB, QuantityError, format_quantity, to_bytes_ceil
-from api.vgpu_config import VGPUConfig, VGPUConfigError, merge_configs, parse_vgpu_config
+from api.vgpu_config import (
+    VGPUConfig,
+    VGPUConfigError,
+    enforcement_opt_outs,
+    merge_configs,
+    parse_vgpu_config,
+    without_opt_outs,
+)
 from dra_driver.errors import InvalidParameterError
 from kubeletplugin.gpus import GpuInfo
 from libvgpu.container_edits import CorePolicy
@@ -94,6 +107,18 @@ class ClaimPlan:
     priority: int | None = None
     disable_control: bool = False
     uncharged: tuple[UnchargedConfig, ...] = ()
+    ignored_opt_outs: tuple[str, ...] = ()
+    """Wire paths of the claim's enforcement opt-outs that were not honoured."""
+
+    def opt_out_message(self) -> str:
+        """What the user reads on the claim when its opt-outs were ignored."""
+        return (
+            f"claim {self.namespace}/{self.name} ({self.uid}): "
+            f"{', '.join(self.ignored_opt_outs)} ignored: turning HAMi-core's enforcement "
+            "off is the administrator's decision, honoured from the DeviceClass's config "
+            "(or from claims when the kubelet plugin runs with --allow-claim-opt-out); "
+            "the limits stay"
+        )
 
 
 def claim_ref(claim: Mapping[str, Any]) -> str:
@@ -107,6 +132,7 @@ def plan_claim(
     driver: str,
     pool: str,
     devices: Mapping[str, DeviceCapacity],
+    allow_claim_opt_out: bool = False,
 ) -> ClaimPlan:
     """The plan for one claim; InvalidParameterError names the claim and field."""
     metadata = claim.get("metadata") or {}
@@ -125,7 +151,7 @@ def plan_claim(
             "status.allocation.devices.results",
             f"claim {who} has no device of driver {driver} in pool {pool} (this node)",
         )
-    configs = _configs(allocated.get("config") or [], driver, who)
+    configs, ignored = _configs(allocated.get("config") or [], driver, who, allow_claim_opt_out)
     grants = []
     uncharged = []
     effective: list[VGPUConfig] = []
@@ -160,6 +186,7 @@ def plan_claim(
         priority=priority,
         disable_control=any(c.disable_control for c in effective),
         uncharged=tuple(uncharged),
+        ignored_opt_outs=ignored,
     )
 
 
@@ -174,8 +201,13 @@ def _in(scope: frozenset[str], request: str) -> bool:
     return not scope or request in scope or base_request(request) in scope
 
 
-def _configs(entries: Sequence[Mapping[str, Any]], driver: str, who: str):
+def _configs(
+    entries: Sequence[Mapping[str, Any]], driver: str, who: str, allow_claim_opt_out: bool
+) -> tuple[list[tuple[str, frozenset[str], VGPUConfig]], tuple[str, ...]]:
+    """The driver's configs as (source, requests, config), and the wire paths of the
+    claim opt-outs dropped because only a class (or the driver flag) may turn enforcement off."""
     parsed = []
+    ignored: list[str] = []
     for position, entry in enumerate(entries):
         opaque = entry.get("opaque") or {}
         if opaque.get("driver") != driver:
@@ -185,8 +217,13 @@ def _configs(entries: Sequence[Mapping[str, Any]], driver: str, who: str):
             config = parse_vgpu_config(opaque.get("parameters") or {}, path)
         except VGPUConfigError as error:
             raise InvalidParameterError(path, f"claim {who}: {error}") from None
-        parsed.append((entry.get("source", ""), frozenset(entry.get("requests") or ()), config))
-    return parsed
+        source = entry.get("source", "")
+        opt_outs = enforcement_opt_outs(config)
+        if opt_outs and source != "FromClass" and not allow_claim_opt_out:
+            ignored += [f"{path}.{name}" for name in opt_outs]
+            config = without_opt_outs(config)
+        parsed.append((source, frozenset(entry.get("requests") or ()), config))
+    return parsed, tuple(ignored)
 
 
 def _grant(

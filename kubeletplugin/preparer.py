@@ -59,6 +59,7 @@ from libvgpu.settings import LibvgpuPaths
 log = logging.getLogger(__name__)
 
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
+EVENT_REASON_OPT_OUT_IGNORED = "VGPUConfigOptOutIgnored"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,8 @@ class PreparerSettings:
     """e.g. `nvidia.com/gpu`: also return `<prefix>=<uuid>` for each device."""
     claim_read_timeout_s: float = CLAIM_READ_TIMEOUT_S
     """Longest wait for the API server to answer one claim read, seconds."""
+    allow_claim_opt_out: bool = False
+    """Honour `disableControl` / `coreLimitPolicy: disable` from a claim's own config."""
 
 
 def checked_ref(ref: ClaimRef) -> ClaimRef:
@@ -206,7 +209,11 @@ class ClaimPreparer:
             pods, uses = await self._check_containers(claim)
             devices = self.devices()
             plan = plan_claim(
-                claim, driver=self.settings.driver, pool=self.settings.node_name, devices=devices
+                claim,
+                driver=self.settings.driver,
+                pool=self.settings.node_name,
+                devices=devices,
+                allow_claim_opt_out=self.settings.allow_claim_opt_out,
             )
             views = plan_views(plan, uses)
             others = [
@@ -233,6 +240,8 @@ class ClaimPreparer:
                 self._warn(
                     claim, EVENT_REASON_UNCHARGED, " ".join(u.message() for u in plan.uncharged)
                 )
+            if plan.ignored_opt_outs:
+                self._warn(claim, EVENT_REASON_OPT_OUT_IGNORED, plan.opt_out_message())
             return PrepareResult(prepared, pods=pods)
 
     async def _unprepare_one(self, ref: ClaimRef) -> PrepareResult:

@@ -5,6 +5,11 @@ plugin, so a share is enforced the same way whichever path allocated it. The
 encodings are libvgpu's, not Kubernetes': a memory limit is `<MiB>m` because
 libvgpu reads only the last character as the unit (`4Gi` would mean 4 bytes),
 and a core limit is an integer percent.
+
+Every variable libvgpu reads for its limits is set, to the value the share
+implies, including the ordinals a container has no device for: a CDI env entry
+replaces the container's own of the same name, so in DRA mode a pod's `env` or
+`envFrom` cannot lift a limit by setting one the spec left out.
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ MAX_DEVICES = 16
 """libvgpu reads `CUDA_DEVICE_MEMORY_LIMIT_<i>` / `CUDA_DEVICE_SM_LIMIT_<i>` for i in 0..15."""
 
 MIB = 1 << 20
+
+NO_OWN_LIMIT = "0"
+"""libvgpu's "no limit of its own": a per-ordinal 0 falls back to the global value, and a
+global 0 means no memory limit and 100 % of the SMs. It never raises a limit that is set."""
+
+DEFAULT_PRIORITY = 1
+"""libvgpu's `CUDA_TASK_PRIORITY` when unset: low, so a tenant cannot claim high by itself."""
 
 
 class CorePolicy(StrEnum):
@@ -54,7 +66,7 @@ class ShareSet:
     cache: CacheLocation
     policy: CorePolicy = CorePolicy.DEFAULT
     priority: int | None = None
-    """`CUDA_TASK_PRIORITY` (HAMi: 0 high, 1 low); None keeps libvgpu's default of 1."""
+    """`CUDA_TASK_PRIORITY` (HAMi: 0 high, 1 low); None pins libvgpu's default of 1."""
 
     disable_control: bool = False
     """Skip the `ld.so.preload` mount so libvgpu is not loaded (HAMi's `CUDA_DISABLE_CONTROL`)."""
@@ -108,6 +120,30 @@ def encode_core_limit(percent: int) -> str:
     return str(percent)
 
 
+def limit_env(devices: Sequence[DeviceShare]) -> list[EnvVar]:
+    """Every limit variable libvgpu reads, the global ones and ordinals 0..15, in container
+    order; an ordinal without a device, or a device without that limit, gets NO_OWN_LIMIT."""
+    env = [
+        EnvVar("CUDA_DEVICE_MEMORY_LIMIT", NO_OWN_LIMIT),
+        EnvVar("CUDA_DEVICE_SM_LIMIT", NO_OWN_LIMIT),
+    ]
+    for ordinal in range(MAX_DEVICES):
+        device = devices[ordinal] if ordinal < len(devices) else None
+        memory = device.memory_limit_bytes if device else None
+        cores = device.core_limit_percent if device else None
+        env += [
+            EnvVar(
+                f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}",
+                NO_OWN_LIMIT if memory is None else encode_memory_limit(memory),
+            ),
+            EnvVar(
+                f"CUDA_DEVICE_SM_LIMIT_{ordinal}",
+                NO_OWN_LIMIT if cores is None else encode_core_limit(cores),
+            ),
+        ]
+    return env
+
+
 def build_container_edits(shares: ShareSet, paths: LibvgpuPaths) -> ContainerEdits:
     """Env vars and mounts for one container set; deterministic, so repeated prepares agree."""
     devices = order_devices(shares.devices)
@@ -121,25 +157,14 @@ def build_container_edits(shares: ShareSet, paths: LibvgpuPaths) -> ContainerEdi
         EnvVar("NVIDIA_VISIBLE_DEVICES", ",".join(device.uuid for device in devices)),
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         EnvVar("CUDA_DEVICE_MEMORY_SHARED_CACHE", shares.cache.container_file),
+        EnvVar("CUDA_DISABLE_CONTROL", "true" if shares.disable_control else "false"),
+        *limit_env(devices),
+        EnvVar("GPU_CORE_UTILIZATION_POLICY", shares.policy.value),
+        EnvVar(
+            "CUDA_TASK_PRIORITY",
+            str(DEFAULT_PRIORITY if shares.priority is None else shares.priority),
+        ),
     ]
-    for ordinal, device in enumerate(devices):
-        if device.memory_limit_bytes is not None:
-            env.append(
-                EnvVar(
-                    f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}",
-                    encode_memory_limit(device.memory_limit_bytes),
-                )
-            )
-        if device.core_limit_percent is not None:
-            env.append(
-                EnvVar(
-                    f"CUDA_DEVICE_SM_LIMIT_{ordinal}", encode_core_limit(device.core_limit_percent)
-                )
-            )
-    env.append(EnvVar("GPU_CORE_UTILIZATION_POLICY", shares.policy.value))
-    if shares.priority is not None:
-        env.append(EnvVar("CUDA_TASK_PRIORITY", str(shares.priority)))
-
     mounts = [
         Mount(shares.cache.host_dir, shares.cache.container_dir, read_only=False),
         Mount(paths.host_library_path, paths.container_library_path, read_only=True),

@@ -100,6 +100,16 @@ def apply_devices(qualified: Sequence[str], spec_dirs: Sequence[Path]) -> Resolv
     return check_host(edits)
 
 
+def container_env(
+    own_env: Mapping[str, str], qualified: Sequence[str], spec_dirs: Sequence[Path]
+) -> dict[str, str]:
+    """The env a container ends with: its own (kubelet's merge of `env` and `envFrom`),
+    then the CDI edits. The CDI library applies env through runtime-tools' generator
+    (`AddMultipleProcessEnv` -> `addEnv`), which replaces the entry of a name the
+    spec already holds, so a spec's value wins over the pod's."""
+    return {**own_env, **apply_devices(qualified, spec_dirs).env}
+
+
 def apply_each_device(spec: Mapping[str, Any]) -> None:
     """Inject each device of one spec alone (its spec-wide edits, then its own)."""
     for device in spec.get("devices") or []:

@@ -90,7 +90,7 @@ async def test_allocate_serves_the_locked_pod_with_the_cdi_paths_edits() -> None
     assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
     assert response.envs["CUDA_DEVICE_MEMORY_LIMIT_1"] == "3000m"
     assert response.envs["CUDA_DEVICE_SM_LIMIT_1"] == "30"
-    assert "CUDA_DEVICE_SM_LIMIT_0" not in response.envs
+    assert response.envs["CUDA_DEVICE_SM_LIMIT_0"] == "0"
     assert (f"{rig.root}/vgpu/ld.so.preload", "/etc/ld.so.preload", True) in mounts
     assert cache_dir_made
     assert annotations(after)[VGPU_DEVICES_TO_ALLOCATE] == ";"

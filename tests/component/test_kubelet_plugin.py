@@ -593,7 +593,7 @@ async def test_disable_control_needs_no_preload_file(node: Node):
     (node.root / "vgpu" / "ld.so.preload").unlink()
     async with node.plugin():
         await node.kubelet.wait_registered(DRIVER)
-        config = {"source": "FromClaim", "opaque": {"driver": DRIVER, "parameters": {}}}
+        config = {"source": "FromClass", "opaque": {"driver": DRIVER, "parameters": {}}}
         config["opaque"]["parameters"] = {
             "apiVersion": "vgpu.hami.io/v1alpha1",
             "kind": "VGPUConfig",

@@ -78,10 +78,11 @@ async def prepare_pod(node: Node, claim: ClaimRef, pod: dict) -> dict[str, Resol
 
 
 def gpu_limits(edits: ResolvedEdits) -> dict[str, str]:
+    """The limits that limit: without the pins of ordinals and limits the share leaves free."""
     return {
         key: value
         for key, value in edits.env.items()
-        if "_LIMIT_" in key or key == "NVIDIA_VISIBLE_DEVICES"
+        if ("_LIMIT_" in key and value != "0") or key == "NVIDIA_VISIBLE_DEVICES"
     }
 
 

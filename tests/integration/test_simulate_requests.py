@@ -57,5 +57,5 @@ def test_each_container_naming_one_request_is_reported_with_its_own_limit(capsys
     assert env["only-a"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "1024m"
     assert env["only-b"]["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2048m"
     for container in ("only-a", "only-b"):
-        assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env[container]
+        assert env[container]["CUDA_DEVICE_MEMORY_LIMIT_1"] == "0"
         assert "," not in env[container]["NVIDIA_VISIBLE_DEVICES"]

@@ -83,7 +83,12 @@ def containers(plan, uses: list[ContainerUse]) -> dict[str, dict[str, str]]:
 
 
 def limits(env: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if "_LIMIT_" in k or k == "NVIDIA_VISIBLE_DEVICES"}
+    """The limits that limit: without the pins of ordinals and limits the share leaves free."""
+    return {
+        k: v
+        for k, v in env.items()
+        if ("_LIMIT_" in k and v != "0") or k == "NVIDIA_VISIBLE_DEVICES"
+    }
 
 
 def test_each_container_naming_one_request_sees_only_its_gpus_numbered_from_zero():

@@ -51,10 +51,18 @@ def test_dra_share_set_env_and_mounts():
         EnvVar("NVIDIA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb"),
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         EnvVar("CUDA_DEVICE_MEMORY_SHARED_CACHE", f"{claim_dir}/{NONCE}.cache"),
+        EnvVar("CUDA_DISABLE_CONTROL", "false"),
+        EnvVar("CUDA_DEVICE_MEMORY_LIMIT", "0"),
+        EnvVar("CUDA_DEVICE_SM_LIMIT", "0"),
         EnvVar("CUDA_DEVICE_MEMORY_LIMIT_0", "6000m"),
         EnvVar("CUDA_DEVICE_SM_LIMIT_0", "60"),
         EnvVar("CUDA_DEVICE_MEMORY_LIMIT_1", "2048m"),
         EnvVar("CUDA_DEVICE_SM_LIMIT_1", "25"),
+        *(
+            EnvVar(f"CUDA_DEVICE_{kind}_LIMIT_{ordinal}", "0")
+            for ordinal in range(2, 16)
+            for kind in ("MEMORY", "SM")
+        ),
         EnvVar("GPU_CORE_UTILIZATION_POLICY", "force"),
         EnvVar("CUDA_TASK_PRIORITY", "0"),
     )
@@ -86,19 +94,31 @@ def test_disable_control_drops_only_the_preload_mount():
         without.mounts
     )
     assert "/etc/ld.so.preload" not in {m.container_path for m in without.mounts}
-    assert with_control.env == without.env
+    assert env_of(with_control)["CUDA_DISABLE_CONTROL"] == "false"
+    assert env_of(without) == {**env_of(with_control), "CUDA_DISABLE_CONTROL": "true"}
 
 
-def test_unset_limits_and_priority_are_left_to_libvgpu_defaults():
+def test_unset_limits_and_priority_are_pinned_to_libvgpu_defaults():
+    """A limit the share leaves free is pinned to libvgpu's "none of its own", so a
+    container's env cannot set one of those names and win (CDI env replaces its own)."""
     cache = claim_cache_location(PATHS, CLAIM_UID, NONCE)
     device = DeviceShare("GPU-aaaa", 0, memory_limit_bytes=None, core_limit_percent=None)
     env = env_of(build_container_edits(ShareSet((device,), cache), PATHS))
 
-    assert not any(
-        name.startswith(("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")) for name in env
-    )
-    assert "CUDA_TASK_PRIORITY" not in env
+    limit_names = {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT"} | {
+        f"CUDA_DEVICE_{kind}_LIMIT_{i}" for i in range(16) for kind in ("MEMORY", "SM")
+    }
+    assert {name: env[name] for name in limit_names} == dict.fromkeys(limit_names, "0")
+    assert env["CUDA_TASK_PRIORITY"] == "1"
     assert env["GPU_CORE_UTILIZATION_POLICY"] == "default"
+
+
+def test_ordinals_past_the_devices_are_pinned_and_real_ones_keep_their_limits():
+    cache = claim_cache_location(PATHS, CLAIM_UID, NONCE)
+    env = env_of(build_container_edits(ShareSet(two_devices(), cache), PATHS))
+
+    assert [env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] for i in range(3)] == ["6000m", "2048m", "0"]
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_15"] == env["CUDA_DEVICE_SM_LIMIT_15"] == "0"
 
 
 def test_paths_come_from_settings():

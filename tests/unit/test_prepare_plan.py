@@ -94,9 +94,38 @@ def test_other_drivers_and_pools_are_not_ours():
     assert [g.device for g in plan(document).grants] == ["gpu-1"]
 
 
-def test_disable_control_from_any_config():
+def test_a_class_may_turn_enforcement_off():
+    opt_out = {"disableControl": True, "coreLimitPolicy": "disable"}
+    planned = plan(claim([result()], [config("FromClass", opt_out)]))
+    assert (planned.disable_control, planned.policy) == (True, CorePolicy.DISABLE)
+    assert planned.ignored_opt_outs == ()
+
+
+def test_a_claims_opt_out_is_ignored_and_named_and_the_class_policy_stays():
+    document = claim(
+        [result()],
+        [
+            config("FromClass", {"coreLimitPolicy": "force"}),
+            config(
+                "FromClaim", {"disableControl": True, "coreLimitPolicy": "disable", "cores": 20}
+            ),
+        ],
+    )
+    planned = plan(document)
+    assert (planned.disable_control, planned.policy) == (False, CorePolicy.FORCE)
+    path = "status.allocation.devices.config[1].opaque.parameters"
+    assert planned.ignored_opt_outs == (f"{path}.disableControl", f"{path}.coreLimitPolicy")
+    assert "the administrator's decision" in planned.opt_out_message()
+    assert "--allow-claim-opt-out" in planned.opt_out_message()
+
+
+def test_a_claims_opt_out_is_honoured_when_the_driver_allows_it():
     document = claim([result()], [config("FromClaim", {"disableControl": True})])
-    assert plan(document).disable_control
+    planned = plan_claim(
+        document, driver=DRIVER, pool="node-a", devices=DEVICES, allow_claim_opt_out=True
+    )
+    assert planned.disable_control
+    assert planned.ignored_opt_outs == ()
 
 
 @pytest.mark.parametrize(
