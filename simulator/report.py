@@ -23,6 +23,10 @@ SHOWN_ENV_PREFIXES = (
 )
 """The limits a container gets; the full env and mounts are in `-o json`."""
 
+UNSET_PIN = "0"
+"""What the spec pins a limit the share does not set to (libvgpu: none of its own, so
+the tenant cannot set one either); the table leaves those out."""
+
 
 @dataclass
 class ContainerReport:
@@ -118,7 +122,7 @@ def render_report(report: SimulationReport, console: Console) -> None:
             env = "\n".join(
                 f"{key}={value}"
                 for key, value in container.env.items()
-                if key.startswith(SHOWN_ENV_PREFIXES)
+                if key.startswith(SHOWN_ENV_PREFIXES) and value != UNSET_PIN
             )
             pods.add_row(
                 f"{pod.namespace}/{pod.name}",
