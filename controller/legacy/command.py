@@ -154,11 +154,6 @@ def run_legacy(args: argparse.Namespace) -> int:
     if args.token_review_ttl < 0:
         raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
     allowed = frozenset(name.strip() for name in args.allowed_callers.split(",") if name.strip())
-    if args.authenticate_callers and not allowed:
-        raise InvalidParameterError(
-            "--allowed-callers",
-            "empty: every caller would be refused (or --no-authenticate-callers)",
-        )
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -185,4 +180,9 @@ def run_legacy(args: argparse.Namespace) -> int:
         client_ca=args.client_ca_file,
     )
     serve.ssl_context()
+    if args.authenticate_callers and not allowed:
+        raise InvalidParameterError(
+            "--allowed-callers",
+            "empty: every caller would be refused (or --no-authenticate-callers)",
+        )
     return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))

@@ -54,6 +54,7 @@ async def test_scheduler_process_serves_and_stops_on_sigterm(tmp_path: Path) -> 
             str(port),
             "--kubeconfig",
             str(kubeconfig),
+            "--no-authenticate-callers",
             stderr=asyncio.subprocess.PIPE,
         )
         try:
@@ -77,3 +78,10 @@ async def test_scheduler_process_serves_and_stops_on_sigterm(tmp_path: Path) -> 
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+
+
+def test_authentication_without_allowed_callers_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """Caller authentication is on by default; with nobody allowed every call would be
+    refused, so the process does not start."""
+    assert main(["scheduler", "--kubeconfig", "/x"]) == 2
+    assert "--allowed-callers: empty" in capsys.readouterr().err
