@@ -23,9 +23,14 @@ import argparse
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 from dra_driver.cli.registration import Subcommands
+
+if TYPE_CHECKING:
+    from controller.legacy.config import LegacySettings
+    from controller.legacy.server import ServeSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +104,13 @@ def _register_role(commands: Subcommands, name: str) -> None:
         help="seconds a TokenReview answer is reused",
     )
     parser.add_argument(
+        "--enforcement-opt-out-namespaces",
+        env="ENFORCEMENT_OPT_OUT_NAMESPACES",
+        default="",
+        help="comma-separated namespaces whose GPU containers may set CUDA_DISABLE_CONTROL "
+        "and GPU_CORE_UTILIZATION_POLICY (an administrator's decision; none by default)",
+    )
+    parser.add_argument(
         "--device-config-file",
         type=Path,
         env="DEVICE_CONFIG_FILE",
@@ -137,14 +149,23 @@ def _register_role(commands: Subcommands, name: str) -> None:
 
 def run_legacy(args: argparse.Namespace) -> int:
     """Build the settings from the flags and serve until SIGINT/SIGTERM."""
-    from controller.legacy.config import CallerAuthSettings, LegacySettings, load_device_config
-    from controller.legacy.server import ServeSettings, serve_legacy
-    from dra_driver.engine.engine import EngineSettings
-    from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
-    from dra_driver.errors import InvalidParameterError
+    from controller.legacy.server import serve_legacy
     from dra_driver.process.runtime import configure_logging, run_until_signalled
 
     configure_logging(args.log_level)
+    settings, serve = settings_from_args(args)
+    return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))
+
+
+def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeSettings]:
+    """The extender's and webhook's settings and how they are served, checked: a bad flag
+    is an InvalidParameterError naming it, before anything starts."""
+    from controller.legacy.config import CallerAuthSettings, LegacySettings, load_device_config
+    from controller.legacy.server import ServeSettings
+    from dra_driver.engine.engine import EngineSettings
+    from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
+    from dra_driver.errors import InvalidParameterError
+
     parse_gpu_policy(args.gpu_scheduler_policy)
     parse_node_policy(args.node_scheduler_policy)
     if args.node_lock_timeout <= 0:
@@ -153,7 +174,7 @@ def run_legacy(args: argparse.Namespace) -> int:
         raise InvalidParameterError("--node-lock-retry-timeout", "must be 0 or more seconds")
     if args.token_review_ttl < 0:
         raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
-    allowed = frozenset(name.strip() for name in args.allowed_callers.split(",") if name.strip())
+    allowed = _names(args.allowed_callers)
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -164,6 +185,7 @@ def run_legacy(args: argparse.Namespace) -> int:
         node_lock_retry_timeout=timedelta(seconds=args.node_lock_retry_timeout),
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
+        enforcement_opt_out_namespaces=_names(args.enforcement_opt_out_namespaces),
         caller_auth=CallerAuthSettings(
             enabled=args.authenticate_callers,
             allowed_callers=allowed,
@@ -185,4 +207,9 @@ def run_legacy(args: argparse.Namespace) -> int:
             "--allowed-callers",
             "empty: every caller would be refused (or --no-authenticate-callers)",
         )
-    return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))
+    return settings, serve
+
+
+def _names(value: str) -> frozenset[str]:
+    """A comma-separated flag value as a set of names; blanks between commas are ignored."""
+    return frozenset(name.strip() for name in value.split(",") if name.strip())

@@ -190,10 +190,6 @@ class LegacySettings:
     """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
     `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
     administrator's decision, so everywhere else the webhook refuses both."""
-    enforcement_opt_out_namespaces: frozenset[str] = frozenset()
-    """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
-    `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
-    administrator's decision, so everywhere else the webhook refuses both."""
 
     @property
     def nvidia(self) -> NvidiaConfig:

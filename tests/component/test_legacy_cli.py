@@ -11,7 +11,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from dra_driver.cli import EXIT_BAD_INPUT, main
+from controller.legacy.command import settings_from_args
+from dra_driver.cli import EXIT_BAD_INPUT, build_parser, main
 from simulator.apiserver import APIServer
 
 READY_LINE = "legacy scheduler serving"
@@ -85,3 +86,23 @@ def test_authentication_without_allowed_callers_is_refused(capsys: pytest.Captur
     refused, so the process does not start."""
     assert main(["scheduler", "--kubeconfig", "/x"]) == 2
     assert "--allowed-callers: empty" in capsys.readouterr().err
+
+
+def test_enforcement_opt_out_namespaces_come_from_the_flag() -> None:
+    """Turning HAMi-core's enforcement off is the administrator's: only the namespaces the
+    flag names may set CUDA_DISABLE_CONTROL themselves."""
+    args = build_parser().parse_args(
+        [
+            "webhook",
+            "--no-authenticate-callers",
+            "--enforcement-opt-out-namespaces",
+            " trusted, , lab ",
+            "--kubeconfig",
+            "/x",
+        ]
+    )
+    settings, serve = settings_from_args(args)
+    assert settings.enforcement_opt_out_namespaces == frozenset({"trusted", "lab"})
+    assert (serve.extender, serve.webhook) == (False, True)
+    default = settings_from_args(build_parser().parse_args(["webhook", "--allowed-callers", "a"]))
+    assert default[0].enforcement_opt_out_namespaces == frozenset()
