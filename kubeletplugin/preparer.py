@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import posixpath
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +33,7 @@ from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
-from dra_driver.objects.tamper_rules import GuardedPaths, tamper_findings
+from dra_driver.objects.tamper_rules import tamper_findings
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -54,7 +53,7 @@ from kubeletplugin.prepare_plan import (
 )
 from libvgpu.cache_dirs import CacheDirError, CacheDirSettings, create_cache_dir, remove_cache_dir
 from libvgpu.cache_paths import CLAIMS_DIR, claim_cache_location
-from libvgpu.settings import LibvgpuPaths
+from libvgpu.settings import LibvgpuPaths, guarded_paths
 
 log = logging.getLogger(__name__)
 
@@ -445,11 +444,7 @@ def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths)
     """The second line behind admission: a reserving pod with a container that could
     lift libvgpu's limits (privileged, CAP_SYS_ADMIN, a hostPath over its files) is not
     prepared, since its claim's shares would not hold."""
-    guarded = GuardedPaths(
-        host=(paths.host_dir, paths.lock_dir, paths.cache_root, paths.container_preload_path),
-        container=(paths.container_preload_path, posixpath.dirname(paths.container_library_path)),
-    )
-    findings = tamper_findings(pod, guarded)
+    findings = tamper_findings(pod, guarded_paths(paths))
     if findings:
         first = findings[0]
         raise InvalidParameterError(

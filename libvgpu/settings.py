@@ -9,6 +9,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from dra_driver.objects.tamper_rules import GuardedPaths
+
 LIBRARY_NAME = "libvgpu.so"
 PRELOAD_NAME = "ld.so.preload"
 CONTAINER_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"
@@ -46,3 +48,14 @@ class LibvgpuPaths:
     @property
     def host_preload_path(self) -> str:
         return posixpath.join(self.host_dir, PRELOAD_NAME)
+
+
+def guarded_paths(paths: LibvgpuPaths) -> GuardedPaths:
+    """What no hostPath may reach while libvgpu's limits are to hold: on the host its
+    directory, locks, cache root and the host's own preload list; in the container the
+    preload list and the library's directory. The DRA prepare and the legacy webhook
+    check the same paths."""
+    return GuardedPaths(
+        host=(paths.host_dir, paths.lock_dir, paths.cache_root, paths.container_preload_path),
+        container=(paths.container_preload_path, posixpath.dirname(paths.container_library_path)),
+    )

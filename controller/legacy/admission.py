@@ -52,7 +52,8 @@ from dra_driver.engine.quota import NamespaceQuota
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.objects.pod_workloads import admission_limits
-from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
+from dra_driver.objects.tamper_rules import tamper_findings
+from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths, guarded_paths
 
 DEFAULT_SCHEDULER = "default-scheduler"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
@@ -274,6 +275,19 @@ def _privileged_container(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _reach_around_libvgpu(pod: Mapping[str, Any]) -> str | None:
+    """Why a container of this GPU pod could lift its limits (CAP_SYS_ADMIN, a hostPath
+    over libvgpu's files), by the rule the DRA prepare applies; None when none could.
+    Privileged containers are refused before, in HAMi's words."""
+    for finding in tamper_findings(pod, guarded_paths(LibvgpuPaths())):
+        if not finding.field.endswith(".privileged"):
+            return (
+                f"container {finding.container}: {finding.field}: {finding.reason}; "
+                "a pod that requests GPUs may not have it"
+            )
+    return None
+
+
 def review_pod(
     pod: Mapping[str, Any],
     namespace: str,
@@ -328,6 +342,9 @@ def review_pod(
             f"(in {', '.join(gpu_containers)}); a privileged container sees every GPU of "
             "the node, so remove its securityContext.privileged or the pod's GPU resources"
         )
+    reach = _reach_around_libvgpu(pod)
+    if reach:
+        return deny(reach)
     if spec.get("nodeName"):
         return deny(
             f"pod sets spec.nodeName={spec['nodeName']}, which bypasses GPU scheduling; "

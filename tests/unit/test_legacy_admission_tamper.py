@@ -162,3 +162,31 @@ def test_malformed_env_from_and_mounts_name_the_field(part: str) -> None:
     with pytest.raises(InvalidParameterError) as error:
         check_pod_shape(pod(gpu(**{part: ["oops"]})))
     assert error.value.field == f"Pod.spec.containers[0].{part}[0]"
+
+
+def test_a_sidecar_with_cap_sys_admin_in_a_gpu_pod_is_refused() -> None:
+    sidecar = {
+        "name": "helper",
+        "image": "x",
+        "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+    }
+    message = refused(pod(gpu(), sidecar))
+    assert "container helper: spec.containers[1].securityContext.capabilities.add" in message
+
+
+@pytest.mark.parametrize("host", ["/usr/local/vgpu", "/usr/local", "/tmp/vgpulock/x", "/"])
+def test_a_hostpath_volume_over_libvgpus_host_files_is_refused(host: str) -> None:
+    obj = pod(gpu(volumeMounts=[{"name": "h", "mountPath": "/data"}]))
+    obj["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": host}}]
+    message = refused(obj)
+    assert "container cuda: spec.containers[0].volumeMounts[0]" in message
+    assert f"hostPath {host}" in message
+
+
+def test_cap_sys_admin_and_host_paths_elsewhere_are_left_alone() -> None:
+    elsewhere = pod(gpu(volumeMounts=[{"name": "h", "mountPath": "/data"}]))
+    elsewhere["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/srv/datasets"}}]
+    admitted(elsewhere)
+    no_gpu = {"name": "tool", "image": "x", "securityContext": {"capabilities": {"add": ["ALL"]}}}
+    decision = review_pod(pod(no_gpu), "ns", SETTINGS)
+    assert decision.allowed
