@@ -40,7 +40,6 @@ them per allocation, and a pinned value would override its own.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -52,7 +51,7 @@ from dra_driver.engine.quota import NamespaceQuota
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.objects.pod_workloads import admission_limits
-from dra_driver.objects.tamper_rules import tamper_findings
+from dra_driver.objects.tamper_rules import reaches, tamper_findings
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths, guarded_paths
 
 DEFAULT_SCHEDULER = "default-scheduler"
@@ -162,16 +161,6 @@ def _prefix_spells_guarded(prefix: str, opt_out: bool) -> bool:
     )
 
 
-def _covers(mount_path: str, protected: str) -> bool:
-    """Whether a mount at `mount_path` is at, inside or above `protected`."""
-    mount = "/" + posixpath.normpath(mount_path).lstrip("/")
-    return (
-        mount == protected
-        or protected.startswith(mount.rstrip("/") + "/")
-        or (mount.startswith(protected + "/"))
-    )
-
-
 def _check_tamper(container: Mapping[str, Any], where: str, opt_out: bool) -> None:
     """Raise TamperError for the first field of a GPU container that could lift its limits."""
     name = container.get("name") or where
@@ -192,7 +181,7 @@ def _check_tamper(container: Mapping[str, Any], where: str, opt_out: bool) -> No
     for index, mount in enumerate(container.get("volumeMounts") or []):
         path = str(mount.get("mountPath") or "")
         for protected in PROTECTED_PATHS:
-            if _covers(path, protected):
+            if reaches(path, (protected,)):
                 raise TamperError(
                     name,
                     f"{where}.volumeMounts[{index}] ({path})",

@@ -73,7 +73,7 @@ def _container_findings(
         host = host_paths.get(str(mount.get("name", "")))
         if host is None:
             continue
-        if _overlaps(host, guarded.host) or _overlaps(
+        if reaches(host, guarded.host) or reaches(
             str(mount.get("mountPath", "")), guarded.container
         ):
             yield (
@@ -83,11 +83,11 @@ def _container_findings(
             )
 
 
-def _overlaps(path: str, guarded: Sequence[str]) -> bool:
-    """One path is the other or under it: `/` or `/usr/local` reaches `/usr/local/vgpu`."""
-    if not path.startswith("/"):
-        return False
-    path = posixpath.normpath(path)
+def reaches(path: str, guarded: Sequence[str]) -> bool:
+    """Whether `path` is one of `guarded`, inside one or above one: `/` or `/usr/local`
+    reaches `/usr/local/vgpu`. A relative path counts from `/`, as the runtime resolves a
+    mount destination against the container's root."""
+    path = "/" + posixpath.normpath(path).lstrip("/")
     targets = [posixpath.normpath(other) for other in guarded]
     return any(posixpath.commonpath([path, other]) in (path, other) for other in targets)
 

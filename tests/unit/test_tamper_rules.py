@@ -61,6 +61,11 @@ def host_volume(path: str) -> dict[str, Any]:
             [host_volume("/srv/empty")],
             "volumeMounts[0]",
         ),
+        (
+            {"volumeMounts": [{"name": "v", "mountPath": "etc/ld.so.preload"}]},
+            [host_volume("/srv/empty")],
+            "volumeMounts[0]",
+        ),
     ],
 )
 def test_a_container_that_could_lift_the_limits_is_found(
