@@ -20,7 +20,15 @@ from enum import StrEnum
 
 from dra_driver.errors import InvalidParameterError
 from libvgpu.cache_paths import CacheLocation
-from libvgpu.settings import LibvgpuPaths
+from libvgpu.settings import (
+    CORE_POLICY_ENV,
+    DISABLE_CONTROL_ENV,
+    MEMORY_LIMIT_ENV,
+    SHARED_CACHE_ENV,
+    SM_LIMIT_ENV,
+    TASK_PRIORITY_ENV,
+    LibvgpuPaths,
+)
 
 MAX_DEVICES = 16
 """libvgpu reads `CUDA_DEVICE_MEMORY_LIMIT_<i>` / `CUDA_DEVICE_SM_LIMIT_<i>` for i in 0..15."""
@@ -124,8 +132,8 @@ def limit_env(devices: Sequence[DeviceShare]) -> list[EnvVar]:
     """Every limit variable libvgpu reads, the global ones and ordinals 0..15, in container
     order; an ordinal without a device, or a device without that limit, gets NO_OWN_LIMIT."""
     env = [
-        EnvVar("CUDA_DEVICE_MEMORY_LIMIT", NO_OWN_LIMIT),
-        EnvVar("CUDA_DEVICE_SM_LIMIT", NO_OWN_LIMIT),
+        EnvVar(MEMORY_LIMIT_ENV, NO_OWN_LIMIT),
+        EnvVar(SM_LIMIT_ENV, NO_OWN_LIMIT),
     ]
     for ordinal in range(MAX_DEVICES):
         device = devices[ordinal] if ordinal < len(devices) else None
@@ -133,11 +141,11 @@ def limit_env(devices: Sequence[DeviceShare]) -> list[EnvVar]:
         cores = device.core_limit_percent if device else None
         env += [
             EnvVar(
-                f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}",
+                f"{MEMORY_LIMIT_ENV}_{ordinal}",
                 NO_OWN_LIMIT if memory is None else encode_memory_limit(memory),
             ),
             EnvVar(
-                f"CUDA_DEVICE_SM_LIMIT_{ordinal}",
+                f"{SM_LIMIT_ENV}_{ordinal}",
                 NO_OWN_LIMIT if cores is None else encode_core_limit(cores),
             ),
         ]
@@ -156,12 +164,12 @@ def build_container_edits(shares: ShareSet, paths: LibvgpuPaths) -> ContainerEdi
     env = [
         EnvVar("NVIDIA_VISIBLE_DEVICES", ",".join(device.uuid for device in devices)),
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
-        EnvVar("CUDA_DEVICE_MEMORY_SHARED_CACHE", shares.cache.container_file),
-        EnvVar("CUDA_DISABLE_CONTROL", "true" if shares.disable_control else "false"),
+        EnvVar(SHARED_CACHE_ENV, shares.cache.container_file),
+        EnvVar(DISABLE_CONTROL_ENV, "true" if shares.disable_control else "false"),
         *limit_env(devices),
-        EnvVar("GPU_CORE_UTILIZATION_POLICY", shares.policy.value),
+        EnvVar(CORE_POLICY_ENV, shares.policy.value),
         EnvVar(
-            "CUDA_TASK_PRIORITY",
+            TASK_PRIORITY_ENV,
             str(DEFAULT_PRIORITY if shares.priority is None else shares.priority),
         ),
     ]

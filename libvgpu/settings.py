@@ -18,6 +18,15 @@ CONTAINER_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"
 `ld.so.preload` that `install-libvgpu` writes names this path, so it cannot follow
 the host's layout (libvgpu's own `CUDA_REDIRECT` default)."""
 
+MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT"
+"""HAMi-core's memory limit: global as is, per device ordinal with a `_<i>` suffix."""
+SM_LIMIT_ENV = "CUDA_DEVICE_SM_LIMIT"
+"""HAMi-core's SM share: global as is, per device ordinal with a `_<i>` suffix."""
+SHARED_CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
+DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
+CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
+TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+
 
 @dataclass(frozen=True)
 class LibvgpuPaths:

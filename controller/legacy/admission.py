@@ -52,17 +52,23 @@ from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.objects.pod_workloads import admission_limits
 from dra_driver.objects.tamper_rules import reaches, tamper_findings
-from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths, guarded_paths
+from libvgpu.settings import (
+    CONTAINER_LIBRARY_PATH,
+    CORE_POLICY_ENV,
+    DISABLE_CONTROL_ENV,
+    MEMORY_LIMIT_ENV,
+    SHARED_CACHE_ENV,
+    SM_LIMIT_ENV,
+    TASK_PRIORITY_ENV,
+    LibvgpuPaths,
+    guarded_paths,
+)
 
 DEFAULT_SCHEDULER = "default-scheduler"
-TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
-CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
-DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
 PRELOAD_ENV = "LD_PRELOAD"
-LIMIT_ENV_FAMILIES = ("CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT")
+LIMIT_ENV_FAMILIES = (MEMORY_LIMIT_ENV, SM_LIMIT_ENV)
 """Each name and every `<name>_<i>` is set by the device plugin from the allocation."""
-CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
 OPT_OUT_ENV = (DISABLE_CONTROL_ENV, CORE_POLICY_ENV)
 """Variables that switch HAMi-core's enforcement off: an administrator's decision."""
 _PATHS = LibvgpuPaths()
@@ -133,7 +139,7 @@ def _integer(raw: object, field_path: str) -> int:
 
 def _env_refusal(name: str, item: Mapping[str, Any], opt_out: bool) -> str:
     """Why a GPU container may not set `name` itself, or "" when it may."""
-    if name == CACHE_ENV or name.startswith(LIMIT_ENV_FAMILIES):
+    if name == SHARED_CACHE_ENV or name.startswith(LIMIT_ENV_FAMILIES):
         return (
             "is set by the device plugin from the allocation, and the container's own value "
             "would replace it; remove it"
@@ -155,7 +161,7 @@ def _env_refusal(name: str, item: Mapping[str, Any], opt_out: bool) -> str:
 
 def _prefix_spells_guarded(prefix: str, opt_out: bool) -> bool:
     """Whether `prefix` + some ConfigMap key could be a variable `_env_refusal` guards."""
-    names = [CACHE_ENV, PRELOAD_ENV] + ([] if opt_out else list(OPT_OUT_ENV))
+    names = [SHARED_CACHE_ENV, PRELOAD_ENV] + ([] if opt_out else list(OPT_OUT_ENV))
     return any(name.startswith(prefix) and name != prefix for name in names) or any(
         family.startswith(prefix) or prefix.startswith(family) for family in LIMIT_ENV_FAMILIES
     )

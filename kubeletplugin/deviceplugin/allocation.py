@@ -36,10 +36,7 @@ from dra_driver.objects.node_lock import NodeLockError, read_lock
 from kubeletplugin.gpus import GpuInfo
 from libvgpu.cache_paths import CacheLocation
 from libvgpu.container_edits import CorePolicy, DeviceShare, ShareSet
-
-DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
-CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
-TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+from libvgpu.settings import CORE_POLICY_ENV, DISABLE_CONTROL_ENV, TASK_PRIORITY_ENV
 
 
 class AllocateError(DriverError):
