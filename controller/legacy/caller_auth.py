@@ -12,7 +12,6 @@ short TTL so a busy /filter does not wait on the API server every call.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -86,10 +85,9 @@ class CallerAuthenticator:
                 "reason": refusal.reason,
             },
         )
-        return web.Response(
+        return web.json_response(
+            {"Error": refusal.reason},
             status=refusal.status,
-            text=json.dumps({"Error": refusal.reason}),
-            content_type="application/json",
             headers={"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None,
         )
 

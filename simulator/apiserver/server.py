@@ -25,7 +25,7 @@ from aiohttp import web
 from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
-from .authentication import TOKEN_REVIEWS_PATH, Tokens
+from .authentication import KUBECONFIG_TOKEN, TOKEN_REVIEWS_PATH, Tokens
 from .cluster import Cluster
 from .controllers import Controllers
 from .conversion import PRESENTERS
@@ -171,7 +171,7 @@ class APIServer:
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {"token": "emulator"}}],
+            "users": [{"name": "emulator", "user": {"token": KUBECONFIG_TOKEN}}],
             "contexts": [
                 {
                     "name": "emulator",
