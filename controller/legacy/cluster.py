@@ -98,10 +98,10 @@ class ClusterState:
         self.settings = settings
         self.clock = clock
         self.write_handshakes = write_handshakes
-        self.events = events
-        """Where node warnings go (device uuids registered twice); None: the log only."""
         """The extender plays the scheduler's part of the handshake; a webhook-only
         process reads nodes for nothing and must not write to them."""
+        self.events = events
+        """Where node warnings go (device uuids registered twice); None: the log only."""
         self.vendors = settings.vendors()
         self.vendor = settings.nvidia.vendor()
         self.nodes = Informer(
