@@ -9,6 +9,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+# HAMi-core's opt-out variables, re-exported: defined below libvgpu, where status reads them.
+from dra_driver.objects.enforcement_env import CORE_POLICY_ENV, DISABLE_CONTROL_ENV  # noqa: F401
 from dra_driver.objects.tamper_rules import GuardedPaths
 
 LIBRARY_NAME = "libvgpu.so"
@@ -23,9 +25,14 @@ MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT"
 SM_LIMIT_ENV = "CUDA_DEVICE_SM_LIMIT"
 """HAMi-core's SM share: global as is, per device ordinal with a `_<i>` suffix."""
 SHARED_CACHE_ENV = "CUDA_DEVICE_MEMORY_SHARED_CACHE"
-DISABLE_CONTROL_ENV = "CUDA_DISABLE_CONTROL"
-CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
 TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
+REDIRECT_ENV = "CUDA_REDIRECT"
+"""The library libvgpu `dlopen`s for its `dlsym` override (default CONTAINER_LIBRARY_PATH):
+a tenant's value could point it at a library of its own, so it is pinned to the
+container library path."""
+PINNED_ENV = (SHARED_CACHE_ENV, REDIRECT_ENV)
+"""Single variables (besides the limit families) set from the share and never the
+container's own: the legacy webhook refuses a GPU container that sets one."""
 
 
 @dataclass(frozen=True)

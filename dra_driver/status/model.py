@@ -4,7 +4,8 @@ Built from plain API objects (ResourceSlices, ResourceClaims, Pods, Nodes,
 Events), so it has no I/O and the same code serves the CLI, the simulator and
 tests. DRA shares come from claim allocations of this driver's devices;
 legacy-mode shares from HAMi's node register and pod device annotations, so
-both kinds of GPU appear on one view.
+both kinds of GPU appear on one view. Each share says whether HAMi-core's
+limits hold for it (`enforcement.py` has the rules).
 """
 
 from __future__ import annotations
@@ -22,6 +23,12 @@ from api.hami_annotations import (
 )
 from api.quantity import MIB, QuantityError, to_bytes_ceil
 from dra_driver.objects.pod_claims import pod_claim_names, reserving_pods
+from dra_driver.status.enforcement import (
+    ENFORCED,
+    claim_enforcement,
+    legacy_opt_outs,
+    opt_out_reports,
+)
 
 DRA = "dra"
 LEGACY = "legacy"
@@ -39,6 +46,10 @@ class ShareView:
     pods: list[str]
     memory_bytes: int
     cores: int
+    enforced: bool = True
+    """False: HAMi-core's limits do not hold, the memory and cores are accounting only."""
+    enforcement_note: str = ""
+    """Why enforcement is off, or why an opt-out the holder asked for is not in effect."""
 
 
 @dataclass(slots=True)
@@ -158,15 +169,22 @@ def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[st
 
 
 def _add_claim_shares(
-    gpus: Mapping[tuple[str, str], GpuView], claims: Iterable[Mapping[str, Any]], driver: str
+    gpus: Mapping[tuple[str, str], GpuView],
+    claims: Iterable[Mapping[str, Any]],
+    driver: str,
+    events: Iterable[Mapping[str, Any]],
 ) -> None:
+    reports = opt_out_reports(events)
     for claim in claims:
         allocation = (claim.get("status") or {}).get("allocation") or {}
+        key = (_meta(claim).get("namespace", ""), _meta(claim).get("name", ""))
+        marks = claim_enforcement(claim, driver, reports.get(key, []))
         for result in (allocation.get("devices") or {}).get("results") or []:
             gpu = gpus.get((result.get("pool", ""), result.get("device", "")))
             if result.get("driver") != driver or gpu is None:
                 continue
             consumed = result.get("consumedCapacity") or {}
+            mark = marks.get(result.get("pool", ""), ENFORCED)
             gpu.shares.append(
                 ShareView(
                     mode=DRA,
@@ -175,6 +193,8 @@ def _add_claim_shares(
                     pods=[pod.name for pod in reserving_pods(claim)],
                     memory_bytes=_quantity_bytes(consumed.get("memory", "0")),
                     cores=_quantity_bytes(consumed.get("cores", "0")),
+                    enforced=mark.enforced,
+                    enforcement_note=mark.note,
                 )
             )
 
@@ -213,15 +233,21 @@ def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any
             containers = decode_pod_devices(value, VGPU_DEVICES_ALLOCATED)
         except AnnotationDecodeError:
             continue
+        opt_outs = legacy_opt_outs(pod)
         per_device: dict[str, tuple[int, int]] = {}
-        for container in containers:
+        notes: dict[str, list[str]] = {}
+        for position, container in enumerate(containers):
+            why = opt_outs[position] if position < len(opt_outs) else ""
             for device in container:
                 memory, cores = per_device.get(device.uuid, (0, 0))
                 per_device[device.uuid] = (memory + device.usedmem, cores + device.usedcores)
+                if why and why not in notes.setdefault(device.uuid, []):
+                    notes[device.uuid].append(why)
         for uuid, (memory_mib, cores) in per_device.items():
             gpu = gpus.get(uuid)
             if gpu is not None:
                 name = _meta(pod).get("name", "")
+                why = "; ".join(notes.get(uuid, []))
                 gpu.shares.append(
                     ShareView(
                         LEGACY,
@@ -230,6 +256,8 @@ def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any
                         [name],
                         memory_mib * MIB,
                         cores,
+                        enforced=not why,
+                        enforcement_note=why,
                     )
                 )
 
@@ -313,7 +341,7 @@ def build_status(
     only = only or StatusFilter()
     claims, pods, events = list(claims), list(pods), list(events)
     dra = _dra_gpus(list(slices), driver)
-    _add_claim_shares(dra, claims, driver)
+    _add_claim_shares(dra, claims, driver, events)
     legacy = _legacy_gpus(nodes)
     _add_pod_shares(legacy, pods)
     gpus = sorted([*dra.values(), *legacy.values()], key=lambda g: (g.node, g.mode, g.device))

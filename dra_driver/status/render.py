@@ -1,4 +1,9 @@
-"""The cluster view as a terminal table (rich), or JSON/YAML for scripts."""
+"""The cluster view as a terminal table (rich), or JSON/YAML for scripts.
+
+A share whose limits do not hold is tagged `limits off` beside its holder, and
+a table below lists, for each share with an opt-out, whether its limits hold
+and why: a reader sizing a card must see which shares are accounting only.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +15,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from dra_driver.status.model import ClusterStatus, GpuView
+from dra_driver.status.model import ClusterStatus, GpuView, ShareView
 
 GIB = 1 << 30
 BAR_WIDTH = 20
+LIMITS_OFF = "limits off"
 
 
 def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
@@ -39,6 +45,8 @@ def _holders(gpu: GpuView) -> Text:
             lines.append("\n")
         pods = ",".join(share.pods) or "-"
         lines.append(f"{share.namespace}/{share.holder}", style="bold")
+        if not share.enforced:
+            lines.append(f" [{LIMITS_OFF}]", style="bold red")
         lines.append(f" {_gib(share.memory_bytes)} {share.cores}% pods={pods}")
     return lines
 
@@ -65,6 +73,30 @@ def gpu_table(status: ClusterStatus) -> Table:
     return table
 
 
+def _noted_shares(status: ClusterStatus) -> list[tuple[GpuView, ShareView]]:
+    return [
+        (gpu, share)
+        for gpu in status.gpus
+        for share in gpu.shares
+        if not share.enforced or share.enforcement_note
+    ]
+
+
+def enforcement_table(status: ClusterStatus) -> Table:
+    """Each share that opted out of HAMi-core's limits: whether they hold, and why."""
+    table = Table(title="Enforcement opt-outs", expand=False)
+    for column in ("holder", "gpu", "limits", "why"):
+        table.add_column(column, overflow="fold")
+    for gpu, share in _noted_shares(status):
+        table.add_row(
+            f"{share.namespace}/{share.holder}",
+            f"{gpu.node}/{gpu.device}",
+            Text("off", style="bold red") if not share.enforced else Text("on"),
+            share.enforcement_note,
+        )
+    return table
+
+
 def pending_table(status: ClusterStatus) -> Table:
     table = Table(title="Pending claims", expand=False)
     for column in ("namespace", "claim", "pods", "last reason"):
@@ -76,6 +108,8 @@ def pending_table(status: ClusterStatus) -> Table:
 
 def render_text(status: ClusterStatus, console: Console) -> None:
     parts: list[Any] = [gpu_table(status)]
+    if _noted_shares(status):
+        parts.append(enforcement_table(status))
     if status.pending:
         parts.append(pending_table(status))
     console.print(Group(*parts))
