@@ -185,12 +185,21 @@ class VGPUConfig(BaseModel):
         alias="coreLimitPolicy",
         description="GPU_CORE_UTILIZATION_POLICY: 'default' throttles while libvgpu's"
         " utilization switch is on (HAMi's monitor may turn it off), 'force' always"
-        " throttles, 'disable' never does.",
+        " throttles, 'disable' never does (an opt-out, honoured as disableControl is).",
     )
     disable_control: StrictBool = Field(
         default=False,
         alias="disableControl",
-        description="Do not preload libvgpu.so (CUDA_DISABLE_CONTROL): no limits enforced.",
+        description="Do not preload libvgpu.so (CUDA_DISABLE_CONTROL): no limits enforced."
+        " Honoured from a DeviceClass's config; from a claim's only where the class's"
+        " allowClaimOptOut or the kubelet plugin's --allow-claim-opt-out allows it.",
+    )
+    allow_claim_opt_out: StrictBool = Field(
+        default=False,
+        alias="allowClaimOptOut",
+        description="DeviceClass config only: the claims of the requests this config applies"
+        " to may set disableControl and coreLimitPolicy: disable themselves. A claim's own"
+        " config that sets this is refused.",
     )
 
     @field_validator("*", mode="before")
@@ -215,10 +224,23 @@ class VGPUConfig(BaseModel):
         return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
+CLASS_ONLY_FIELDS = ("allowClaimOptOut",)
+"""Wire names only a DeviceClass's config may set: they widen what claims may do."""
+
+
 def parse_vgpu_config(
-    parameters: Mapping[str, Any] | bytes | str, path: str = "parameters"
+    parameters: Mapping[str, Any] | bytes | str,
+    path: str = "parameters",
+    *,
+    from_class: bool = False,
 ) -> VGPUConfig:
-    """Validate opaque parameters; errors name each bad field by its wire path under `path`."""
+    """Validate opaque parameters; errors name each bad field by its wire path under `path`.
+
+    `from_class` says an administrator wrote them (a DeviceClass's `spec.config`, or an
+    allocation config entry with `source: FromClass`); anything else is read as a
+    claim's, which may not set `CLASS_ONLY_FIELDS`. Unknown origin is a claim's, so a
+    reader that forgets to say fails closed.
+    """
     if isinstance(parameters, bytes | str):
         try:
             parameters = json.loads(parameters)
@@ -227,10 +249,20 @@ def parse_vgpu_config(
     if not isinstance(parameters, Mapping):
         raise VGPUConfigError([(path, "must be an object")])
     try:
-        return VGPUConfig.model_validate(dict(parameters))
+        config = VGPUConfig.model_validate(dict(parameters))
     except ValidationError as error:
         problems = [(_wire_path(path, e["loc"]), _reason(e)) for e in error.errors()]
         raise VGPUConfigError(problems) from None
+    if not from_class:
+        refused = [name for name in CLASS_ONLY_FIELDS if name in parameters]
+        if refused:
+            raise VGPUConfigError(
+                [
+                    (f"{path}.{name}", "only a DeviceClass's config may set it, not a claim's")
+                    for name in refused
+                ]
+            )
+    return config
 
 
 def merge_configs(
@@ -254,13 +286,21 @@ def merge_configs(
 
 def enforcement_opt_outs(config: VGPUConfig) -> tuple[str, ...]:
     """Wire names of the fields that turn libvgpu's enforcement off; readers allow them
-    only where an administrator wrote them (a DeviceClass), since they lift every limit."""
+    only where an administrator wrote them or allowed them (a DeviceClass's config, its
+    `allowClaimOptOut`), since they lift limits."""
     opt_outs = []
     if config.disable_control:
         opt_outs.append("disableControl")
     if config.core_limit_policy == "disable":
         opt_outs.append("coreLimitPolicy")
     return tuple(opt_outs)
+
+
+def explicit_wire_fields(config: VGPUConfig) -> frozenset[str]:
+    """Wire names of the fields the config sets itself (the ones a merge takes from it)."""
+    return frozenset(
+        VGPUConfig.model_fields[name].alias or name for name in config.model_fields_set
+    )
 
 
 def without_opt_outs(config: VGPUConfig) -> VGPUConfig:

@@ -102,7 +102,7 @@ def class_vgpu_configs(
                 continue
             where = f"DeviceClass {name} spec.config[{position}].opaque.parameters"
             try:
-                config = parse_vgpu_config(opaque.get("parameters") or {}, where)
+                config = parse_vgpu_config(opaque.get("parameters") or {}, where, from_class=True)
             except VGPUConfigError as error:
                 raise InvalidParameterError(where, str(error)) from None
             result.setdefault(name, []).append(config)

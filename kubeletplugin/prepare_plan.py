@@ -13,16 +13,22 @@ within the charge, and the plan lists each such result (`uncharged`) so the
 user can be told to write a capacity request instead.
 
 Turning enforcement off (`disableControl`, `coreLimitPolicy: disable`) lifts
-every limit, so it is an administrator's decision: honoured from the
-DeviceClass's config, and from a claim's only when the driver allows claims
-to opt out. Otherwise the claim's opt-out is dropped, the limits stay, and
-the plan lists it (`ignored_opt_outs`) so the user is told why.
+limits, so it is an administrator's decision, taken per request: honoured from
+the DeviceClass's config (`source: FromClass`), and from a claim's own config
+only when that request's class config sets `allowClaimOptOut` or the kubelet
+plugin runs with `--allow-claim-opt-out`. Otherwise the claim's opt-out is
+dropped, the limits stay, and the plan lists it (`ignored_opt_outs`) so the user
+is told why. Each opt-out that does take effect is traced to the config that
+set it and who allowed it (`honoured_opt_outs`), so the claim says on whose word
+its enforcement is off. `allowClaimOptOut` in a claim's own config fails the
+prepare, as any invalid parameter does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from api.quantity import MIB, QuantityError, format_quantity, to_bytes_ceil
@@ -30,6 +36,7 @@ from api.vgpu_config import (
     VGPUConfig,
     VGPUConfigError,
     enforcement_opt_outs,
+    explicit_wire_fields,
     merge_configs,
     parse_vgpu_config,
     without_opt_outs,
@@ -97,6 +104,34 @@ class UnchargedConfig:
         )
 
 
+class OptOutAuthority(StrEnum):
+    """Who allowed an honoured opt-out, as the claim's event names it."""
+
+    CLASS_CONFIG = "DeviceClass config"
+    CLASS_SWITCH = "class allowClaimOptOut"
+    DRIVER_FLAG = "--allow-claim-opt-out"
+
+
+@dataclass(frozen=True, slots=True)
+class HonouredOptOut:
+    """An opt-out in effect: the wire path of the field that set it, and who allowed it."""
+
+    path: str
+    allowed_by: OptOutAuthority
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One of the driver's allocation config entries, parsed."""
+
+    path: str
+    """Wire path of its parameters: `status.allocation.devices.config[i].opaque.parameters`."""
+    from_class: bool
+    requests: frozenset[str]
+    """The requests it applies to; empty means every request."""
+    config: VGPUConfig
+
+
 @dataclass(frozen=True, slots=True)
 class ClaimPlan:
     uid: str
@@ -109,6 +144,8 @@ class ClaimPlan:
     uncharged: tuple[UnchargedConfig, ...] = ()
     ignored_opt_outs: tuple[str, ...] = ()
     """Wire paths of the claim's enforcement opt-outs that were not honoured."""
+    honoured_opt_outs: tuple[HonouredOptOut, ...] = ()
+    """The opt-outs in effect: the prepared share runs with (part of) enforcement off."""
 
     def opt_out_message(self) -> str:
         """What the user reads on the claim when its opt-outs were ignored."""
@@ -116,8 +153,21 @@ class ClaimPlan:
             f"claim {self.namespace}/{self.name} ({self.uid}): "
             f"{', '.join(self.ignored_opt_outs)} ignored: turning HAMi-core's enforcement "
             "off is the administrator's decision, honoured from the DeviceClass's config "
-            "(or from claims when the kubelet plugin runs with --allow-claim-opt-out); "
-            "the limits stay"
+            "(or from claims when the class's config sets allowClaimOptOut or the kubelet "
+            "plugin runs with --allow-claim-opt-out); the limits stay"
+        )
+
+    def enforcement_off_message(self) -> str:
+        """What the user reads on the claim when an opt-out was honoured."""
+        fields = ", ".join(f"{o.path} (allowed by {o.allowed_by})" for o in self.honoured_opt_outs)
+        effect = (
+            "libvgpu.so is not preloaded, so no memory or SM limit holds"
+            if self.disable_control
+            else "SM throttling is off; the memory limits hold"
+        )
+        return (
+            f"claim {self.namespace}/{self.name} ({self.uid}): HAMi-core enforcement "
+            f"disabled by {fields}: {effect}"
         )
 
 
@@ -151,10 +201,12 @@ def plan_claim(
             "status.allocation.devices.results",
             f"claim {who} has no device of driver {driver} in pool {pool} (this node)",
         )
-    configs, ignored = _configs(allocated.get("config") or [], driver, who, allow_claim_opt_out)
+    configs = _configs(allocated.get("config") or [], driver, who)
     grants = []
     uncharged = []
     effective: list[VGPUConfig] = []
+    ignored: dict[str, None] = {}
+    setters: list[dict[str, HonouredOptOut]] = []
     for position, result in enumerate(results):
         where = f"status.allocation.devices.results[{position}]"
         name = result.get("device") or ""
@@ -164,11 +216,10 @@ def plan_claim(
                 f"{where}.device", f"claim {who}: device {name!r} is not published by this node"
             )
         request = result.get("request") or ""
-        config = merge_configs(
-            [c for source, scope, c in configs if source == "FromClass" and _in(scope, request)],
-            [c for source, scope, c in configs if source != "FromClass" and _in(scope, request)],
-        )
+        config, dropped, set_by = _request_config(configs, request, allow_claim_opt_out)
         effective.append(config)
+        ignored.update(dict.fromkeys(dropped))
+        setters.append(set_by)
         grant, mismatch = _grant(result, capacity, config, where, who)
         grants.append(grant)
         if mismatch is not None:
@@ -177,6 +228,11 @@ def plan_claim(
         (c.core_limit_policy for c in effective if c.core_limit_policy != "default"), None
     )
     priority = next((c.priority for c in effective if c.priority is not None), None)
+    in_effect = {"disableControl": any(c.disable_control for c in effective)}
+    in_effect["coreLimitPolicy"] = policy == "disable"
+    honoured = {
+        setter: None for set_by in setters for name, setter in set_by.items() if in_effect[name]
+    }
     return ClaimPlan(
         uid=metadata.get("uid") or "",
         namespace=metadata.get("namespace") or "",
@@ -184,9 +240,10 @@ def plan_claim(
         grants=tuple(grants),
         policy=CorePolicy(policy) if policy else CorePolicy.DEFAULT,
         priority=priority,
-        disable_control=any(c.disable_control for c in effective),
+        disable_control=in_effect["disableControl"],
         uncharged=tuple(uncharged),
-        ignored_opt_outs=ignored,
+        ignored_opt_outs=tuple(ignored),
+        honoured_opt_outs=tuple(honoured),
     )
 
 
@@ -201,29 +258,52 @@ def _in(scope: frozenset[str], request: str) -> bool:
     return not scope or request in scope or base_request(request) in scope
 
 
-def _configs(
-    entries: Sequence[Mapping[str, Any]], driver: str, who: str, allow_claim_opt_out: bool
-) -> tuple[list[tuple[str, frozenset[str], VGPUConfig]], tuple[str, ...]]:
-    """The driver's configs as (source, requests, config), and the wire paths of the
-    claim opt-outs dropped because only a class (or the driver flag) may turn enforcement off."""
+def _configs(entries: Sequence[Mapping[str, Any]], driver: str, who: str) -> list[ConfigEntry]:
+    """The driver's config entries, parsed; a class entry may set class-only fields."""
     parsed = []
-    ignored: list[str] = []
     for position, entry in enumerate(entries):
         opaque = entry.get("opaque") or {}
         if opaque.get("driver") != driver:
             continue
         path = f"status.allocation.devices.config[{position}].opaque.parameters"
+        from_class = entry.get("source", "") == "FromClass"
         try:
-            config = parse_vgpu_config(opaque.get("parameters") or {}, path)
+            config = parse_vgpu_config(opaque.get("parameters") or {}, path, from_class=from_class)
         except VGPUConfigError as error:
             raise InvalidParameterError(path, f"claim {who}: {error}") from None
-        source = entry.get("source", "")
-        opt_outs = enforcement_opt_outs(config)
-        if opt_outs and source != "FromClass" and not allow_claim_opt_out:
-            ignored += [f"{path}.{name}" for name in opt_outs]
-            config = without_opt_outs(config)
-        parsed.append((source, frozenset(entry.get("requests") or ()), config))
-    return parsed, tuple(ignored)
+        parsed.append(ConfigEntry(path, from_class, frozenset(entry.get("requests") or ()), config))
+    return parsed
+
+
+def _request_config(
+    entries: Sequence[ConfigEntry], request: str, allow_claim_opt_out: bool
+) -> tuple[VGPUConfig, tuple[str, ...], dict[str, HonouredOptOut]]:
+    """The request's merged config (class entries first), the wire paths of the claim
+    opt-outs dropped for it, and, per opt-out in effect, the entry that set it last."""
+    from_class = [e for e in entries if e.from_class and _in(e.requests, request)]
+    from_claim = [e for e in entries if not e.from_class and _in(e.requests, request)]
+    if merge_configs([e.config for e in from_class], []).allow_claim_opt_out:
+        claim_authority: OptOutAuthority | None = OptOutAuthority.CLASS_SWITCH
+    elif allow_claim_opt_out:
+        claim_authority = OptOutAuthority.DRIVER_FLAG
+    else:
+        claim_authority = None
+    ordered = list(from_class)
+    dropped: list[str] = []
+    for entry in from_claim:
+        if claim_authority is None:
+            dropped += [f"{entry.path}.{name}" for name in enforcement_opt_outs(entry.config)]
+            ordered.append(replace(entry, config=without_opt_outs(entry.config)))
+        else:
+            ordered.append(entry)
+    config = merge_configs([e.config for e in ordered], [])
+    set_by: dict[str, HonouredOptOut] = {}
+    for name in enforcement_opt_outs(config):
+        setter = next(e for e in reversed(ordered) if name in explicit_wire_fields(e.config))
+        authority = OptOutAuthority.CLASS_CONFIG if setter.from_class else claim_authority
+        assert authority is not None, "a claim's opt-outs are dropped unless allowed"
+        set_by[name] = HonouredOptOut(f"{setter.path}.{name}", authority)
+    return config, tuple(dropped), set_by
 
 
 def _grant(

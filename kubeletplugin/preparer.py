@@ -29,8 +29,9 @@ from cdi.naming import validate_claim_uid
 from cdi.spec import ClaimDeviceEdits, build_claim_spec
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
-from dra_driver.kube.events import WARNING, EventRecorder, involved_object
+from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
+from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
 from dra_driver.objects.tamper_rules import tamper_findings
@@ -58,7 +59,8 @@ from libvgpu.settings import LibvgpuPaths, guarded_paths
 log = logging.getLogger(__name__)
 
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
-EVENT_REASON_OPT_OUT_IGNORED = "VGPUConfigOptOutIgnored"
+EVENT_REASON_OPT_OUT_IGNORED = OPT_OUT_IGNORED
+EVENT_REASON_ENFORCEMENT_DISABLED = ENFORCEMENT_DISABLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +238,18 @@ class ClaimPreparer:
                 raise
             await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
             if plan.uncharged:
-                self._warn(
-                    claim, EVENT_REASON_UNCHARGED, " ".join(u.message() for u in plan.uncharged)
+                self._event(
+                    claim,
+                    WARNING,
+                    EVENT_REASON_UNCHARGED,
+                    " ".join(u.message() for u in plan.uncharged),
                 )
             if plan.ignored_opt_outs:
-                self._warn(claim, EVENT_REASON_OPT_OUT_IGNORED, plan.opt_out_message())
+                self._event(claim, WARNING, EVENT_REASON_OPT_OUT_IGNORED, plan.opt_out_message())
+            if plan.honoured_opt_outs:
+                self._event(
+                    claim, NORMAL, EVENT_REASON_ENFORCEMENT_DISABLED, plan.enforcement_off_message()
+                )
             return PrepareResult(prepared, pods=pods)
 
     async def _unprepare_one(self, ref: ClaimRef) -> PrepareResult:
@@ -312,11 +321,13 @@ class ClaimPreparer:
         results = (allocation.get("devices") or {}).get("results") or []
         return any(result.get("driver") == self.settings.driver for result in results)
 
-    def _warn(self, claim: Mapping[str, Any], reason: str, message: str) -> None:
-        """A Warning Event on the claim, where `kubectl describe` shows it; written
-        in the background, so prepare never waits on it."""
+    def _event(self, claim: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
+        """An Event on the claim, where `kubectl describe` shows it (and the log, a Warning
+        at WARNING, a Normal at INFO); written in the background, so prepare never waits
+        on it."""
         metadata = claim.get("metadata") or {}
-        log.warning(
+        log.log(
+            logging.WARNING if event_type == WARNING else logging.INFO,
             "%s",
             message,
             extra={
@@ -325,7 +336,7 @@ class ClaimPreparer:
             },
         )
         reference = involved_object(claim, "ResourceClaim", "resource.k8s.io/v1")
-        self.events.emit(reference, WARNING, reason, message)
+        self.events.emit(reference, event_type, reason, message)
 
     async def _fetch_claim(self, ref: ClaimRef) -> dict:
         path = object_path(

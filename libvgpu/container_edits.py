@@ -7,7 +7,8 @@ libvgpu reads only the last character as the unit (`4Gi` would mean 4 bytes),
 and a core limit is an integer percent.
 
 Every variable libvgpu reads for its limits is set, to the value the share
-implies, including the ordinals a container has no device for: a CDI env entry
+implies, including the ordinals a container has no device for, and so is
+`CUDA_REDIRECT`, the library libvgpu loads for its `dlsym` override: a CDI env entry
 replaces the container's own of the same name, so in DRA mode a pod's `env` or
 `envFrom` cannot lift a limit by setting one the spec left out.
 """
@@ -24,6 +25,7 @@ from libvgpu.settings import (
     CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
     MEMORY_LIMIT_ENV,
+    REDIRECT_ENV,
     SHARED_CACHE_ENV,
     SM_LIMIT_ENV,
     TASK_PRIORITY_ENV,
@@ -165,6 +167,7 @@ def build_container_edits(shares: ShareSet, paths: LibvgpuPaths) -> ContainerEdi
         EnvVar("NVIDIA_VISIBLE_DEVICES", ",".join(device.uuid for device in devices)),
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         EnvVar(SHARED_CACHE_ENV, shares.cache.container_file),
+        EnvVar(REDIRECT_ENV, paths.container_library_path),
         EnvVar(DISABLE_CONTROL_ENV, "true" if shares.disable_control else "false"),
         *limit_env(devices),
         EnvVar(CORE_POLICY_ENV, shares.policy.value),

@@ -21,8 +21,9 @@ Tamper-proofing (issue 17). In device-plugin mode kubelet puts the device
 plugin's env first and the container's own after it, and the last value wins,
 so only admission can keep a GPU container (init or app) from lifting its
 limits. Such a container is refused, naming the container and the field, when
-it sets a limit or cache variable (`CUDA_DEVICE_MEMORY_LIMIT*`,
-`CUDA_DEVICE_SM_LIMIT*`, `CUDA_DEVICE_MEMORY_SHARED_CACHE`) or an `LD_PRELOAD`
+it sets a limit, cache or library variable (`CUDA_DEVICE_MEMORY_LIMIT*`,
+`CUDA_DEVICE_SM_LIMIT*`, and `PINNED_ENV`: `CUDA_DEVICE_MEMORY_SHARED_CACHE`,
+`CUDA_REDIRECT`) or an `LD_PRELOAD`
 naming anything but libvgpu's container path; when it sets
 `CUDA_DISABLE_CONTROL` or `GPU_CORE_UTILIZATION_POLICY` outside the namespaces
 an administrator lists (`enforcement_opt_out_namespaces`); when it mounts a
@@ -57,7 +58,7 @@ from libvgpu.settings import (
     CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
     MEMORY_LIMIT_ENV,
-    SHARED_CACHE_ENV,
+    PINNED_ENV,
     SM_LIMIT_ENV,
     TASK_PRIORITY_ENV,
     LibvgpuPaths,
@@ -139,7 +140,7 @@ def _integer(raw: object, field_path: str) -> int:
 
 def _env_refusal(name: str, item: Mapping[str, Any], opt_out: bool) -> str:
     """Why a GPU container may not set `name` itself, or "" when it may."""
-    if name == SHARED_CACHE_ENV or name.startswith(LIMIT_ENV_FAMILIES):
+    if name in PINNED_ENV or name.startswith(LIMIT_ENV_FAMILIES):
         return (
             "is set by the device plugin from the allocation, and the container's own value "
             "would replace it; remove it"
@@ -161,7 +162,7 @@ def _env_refusal(name: str, item: Mapping[str, Any], opt_out: bool) -> str:
 
 def _prefix_spells_guarded(prefix: str, opt_out: bool) -> bool:
     """Whether `prefix` + some ConfigMap key could be a variable `_env_refusal` guards."""
-    names = [SHARED_CACHE_ENV, PRELOAD_ENV] + ([] if opt_out else list(OPT_OUT_ENV))
+    names = [*PINNED_ENV, PRELOAD_ENV] + ([] if opt_out else list(OPT_OUT_ENV))
     return any(name.startswith(prefix) and name != prefix for name in names) or any(
         family.startswith(prefix) or prefix.startswith(family) for family in LIMIT_ENV_FAMILIES
     )

@@ -51,6 +51,7 @@ def test_dra_share_set_env_and_mounts():
         EnvVar("NVIDIA_VISIBLE_DEVICES", "GPU-aaaa,GPU-bbbb"),
         EnvVar("CUDA_DEVICE_ORDER", "PCI_BUS_ID"),
         EnvVar("CUDA_DEVICE_MEMORY_SHARED_CACHE", f"{claim_dir}/{NONCE}.cache"),
+        EnvVar("CUDA_REDIRECT", "/usr/local/vgpu/libvgpu.so"),
         EnvVar("CUDA_DISABLE_CONTROL", "false"),
         EnvVar("CUDA_DEVICE_MEMORY_LIMIT", "0"),
         EnvVar("CUDA_DEVICE_SM_LIMIT", "0"),
@@ -96,6 +97,23 @@ def test_disable_control_drops_only_the_preload_mount():
     assert "/etc/ld.so.preload" not in {m.container_path for m in without.mounts}
     assert env_of(with_control)["CUDA_DISABLE_CONTROL"] == "false"
     assert env_of(without) == {**env_of(with_control), "CUDA_DISABLE_CONTROL": "true"}
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["claim", "legacy container"])
+def test_cuda_redirect_is_pinned_to_the_mounted_library(legacy: bool):
+    """libvgpu dlopens the library CUDA_REDIRECT names for its dlsym override: pinned to
+    the path the library is mounted at, whatever the container's own env says."""
+    paths = LibvgpuPaths(container_library_path="/opt/hami/libvgpu.so")
+    cache = (
+        legacy_cache_location(paths, POD_UID, "trainer", NONCE)
+        if legacy
+        else claim_cache_location(paths, CLAIM_UID, NONCE)
+    )
+    edits = build_container_edits(ShareSet(two_devices(), cache), paths)
+
+    assert env_of(edits)["CUDA_REDIRECT"] == "/opt/hami/libvgpu.so"
+    library = [m for m in edits.mounts if m.host_path == paths.host_library_path]
+    assert [m.container_path for m in library] == ["/opt/hami/libvgpu.so"]
 
 
 def test_unset_limits_and_priority_are_pinned_to_libvgpu_defaults():
