@@ -1,10 +1,14 @@
-"""A private CA and a serving certificate for an in-cluster Service, and whether one can be kept.
+"""A private CA, a serving certificate for an in-cluster Service and a client certificate
+for its caller, and whether each can be kept.
 
 The legacy scheduler's webhook and extender are called over TLS by the API
 server and by kube-scheduler, which both check the certificate against a CA
 they were given (the webhook's `caBundle`, the extender's `tlsConfig.caFile`).
-Without cert-manager, `dra-driver certs` makes that CA here. When they are
-reached by URL from outside the cluster, the certificate names what that URL
+kube-scheduler in turn proves who it is with a client certificate from the same
+CA (`tlsConfig.certFile`), whose CN the scheduler's `--allowed-callers` names:
+its extender client can send a certificate, never a token. Without
+cert-manager, `dra-driver certs` makes that CA and both certificates here. When
+they are reached by URL from outside the cluster, the certificate names what that URL
 holds instead: the subject alternative names given as `DNS:<name>` or
 `IP:<address>`. Pure: no files, no API; the caller passes the clock.
 """
@@ -100,64 +104,119 @@ def _is_address(value: str) -> bool:
 def issue_bundle(dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
     """A fresh CA (its key is discarded: nothing else is ever signed with it) and a
     serving certificate for `dns_names`, both valid from `now` for `validity`."""
-    if not dns_names:
-        raise InvalidParameterError(
-            "dns_names", "a serving certificate needs at least one DNS name"
+    authority = _Authority.new(now, validity)
+    return authority.serving(dns_names, now, validity)
+
+
+def issue_serving_and_client(
+    dns_names: tuple[str, ...], client_name: str, now: datetime, validity: timedelta
+) -> tuple[TlsBundle, TlsBundle]:
+    """A fresh CA, a serving certificate for `dns_names` and a client certificate with
+    subject CN `client_name` (the identity the legacy scheduler allows), both signed by
+    that CA and valid from `now` for `validity`. The CA key is discarded here too: the
+    two are always issued together, so renewing either renews both and no CA key is
+    ever stored where a reader of Secrets could mint another identity."""
+    if not client_name:
+        raise InvalidParameterError("--client-name", "a client certificate needs a common name")
+    authority = _Authority.new(now, validity)
+    return authority.serving(dns_names, now, validity), authority.client(client_name, now, validity)
+
+
+@dataclass(frozen=True, slots=True)
+class _Authority:
+    """A CA being used to sign one issue's certificates; never outlives `issue_*`."""
+
+    key: ec.EllipticCurvePrivateKey
+    subject: x509.Name
+    pem: bytes
+
+    @classmethod
+    def new(cls, now: datetime, validity: timedelta) -> _Authority:
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + validity)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(_key_usage(key_cert_sign=True), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+            .sign(key, hashes.SHA256())
         )
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
-    start, end = now - CLOCK_SKEW, now + validity
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_subject)
-        .issuer_name(ca_subject)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
+        return cls(key, subject, cert.public_bytes(serialization.Encoding.PEM))
+
+    def serving(self, dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
+        if not dns_names:
+            raise InvalidParameterError(
+                "dns_names", "a serving certificate needs at least one DNS name"
+            )
+        names = x509.SubjectAlternativeName([_general_name(n) for n in dns_names])
+        return self._sign(
+            dns_names[0],
+            [names, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])],
+            now,
+            validity,
+        )
+
+    def client(self, common_name: str, now: datetime, validity: timedelta) -> TlsBundle:
+        """A certificate for TLS client authentication only (as cert-manager issues one with
+        usages `client auth, digital signature`)."""
+        usages = [_key_usage(), x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])]
+        return self._sign(common_name, usages, now, validity)
+
+    def _sign(
+        self,
+        common_name: str,
+        extensions: list[x509.ExtensionType],
+        now: datetime,
+        validity: timedelta,
+    ) -> TlsBundle:
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(self.subject)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - CLOCK_SKEW)
+            .not_valid_after(now + validity)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
+            )
+        )
+        for extension in extensions:
+            builder = builder.add_extension(
+                extension, critical=isinstance(extension, x509.KeyUsage)
+            )
+        cert = builder.sign(self.key, hashes.SHA256())
+        return TlsBundle(
+            ca_cert=self.pem,
+            cert=cert.public_bytes(serialization.Encoding.PEM),
+            key=key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
             ),
-            critical=True,
         )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
-    )
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns_names[0])]))
-        .issuer_name(ca_subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.SubjectAlternativeName([_general_name(n) for n in dns_names]), False)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    return TlsBundle(
-        ca_cert=ca_cert.public_bytes(serialization.Encoding.PEM),
-        cert=cert.public_bytes(serialization.Encoding.PEM),
-        key=key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
+
+
+def _key_usage(key_cert_sign: bool = False) -> x509.KeyUsage:
+    """Digital signature (what an ECDSA key does in a handshake), plus signing for a CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_cert_sign=key_cert_sign,
+        crl_sign=key_cert_sign,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        encipher_only=False,
+        decipher_only=False,
     )
 
 
@@ -172,6 +231,47 @@ def bundle_problem(
 ) -> str | None:
     """Why `bundle` must be replaced, or None when it serves `dns_names` until past
     `now + renew_before` (so a rerun keeps it and clients need no new CA)."""
+    loaded = _signed_pair(bundle)
+    if isinstance(loaded, str):
+        return loaded
+    ca_cert, cert = loaded
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return "tls.crt has no subjectAltName"
+    present = {str(n) for n in names.get_values_for_type(x509.DNSName)}
+    present |= {str(n) for n in names.get_values_for_type(x509.IPAddress)}
+    missing = [name for name in dns_names if name not in present]
+    if missing:
+        return f"tls.crt does not name {', '.join(missing)}"
+    return _lifetime_problem(ca_cert, cert, now, renew_before)
+
+
+def client_problem(
+    bundle: TlsBundle, common_name: str, now: datetime, renew_before: timedelta
+) -> str | None:
+    """Why a client certificate must be replaced, or None when it identifies `common_name`
+    (its only subject CN, what the legacy scheduler's `--allowed-callers` matches) for
+    client authentication until past `now + renew_before`."""
+    loaded = _signed_pair(bundle)
+    if isinstance(loaded, str):
+        return loaded
+    ca_cert, cert = loaded
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if names != [common_name]:
+        return f"tls.crt is for CN {', '.join(names) or '(none)'}, not {common_name}"
+    try:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        usages = x509.ExtendedKeyUsage([])
+    if ExtendedKeyUsageOID.CLIENT_AUTH not in usages:
+        return "tls.crt is not for client authentication"
+    return _lifetime_problem(ca_cert, cert, now, renew_before)
+
+
+def _signed_pair(bundle: TlsBundle) -> tuple[x509.Certificate, x509.Certificate] | str:
+    """The bundle's CA and certificate when the key is the certificate's and the CA signed
+    it; otherwise what is wrong."""
     try:
         ca_cert = x509.load_pem_x509_certificate(bundle.ca_cert)
         cert = x509.load_pem_x509_certificate(bundle.cert)
@@ -184,15 +284,12 @@ def bundle_problem(
         cert.verify_directly_issued_by(ca_cert)
     except (ValueError, TypeError, InvalidSignature):
         return "tls.crt is not signed by ca.crt"
-    try:
-        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return "tls.crt has no subjectAltName"
-    present = {str(n) for n in names.get_values_for_type(x509.DNSName)}
-    present |= {str(n) for n in names.get_values_for_type(x509.IPAddress)}
-    missing = [name for name in dns_names if name not in present]
-    if missing:
-        return f"tls.crt does not name {', '.join(missing)}"
+    return ca_cert, cert
+
+
+def _lifetime_problem(
+    ca_cert: x509.Certificate, cert: x509.Certificate, now: datetime, renew_before: timedelta
+) -> str | None:
     expires = min(cert.not_valid_after_utc, ca_cert.not_valid_after_utc)
     if expires <= now + renew_before:
         return f"expires at {expires.isoformat()}, within the renewal window"

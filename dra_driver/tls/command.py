@@ -14,21 +14,37 @@ from datetime import timedelta
 from pathlib import Path
 
 from dra_driver.cli.registration import EXIT_BAD_INPUT, Subcommands
+from dra_driver.tls import DEFAULT_CLIENT_NAME
 
 
 def register(commands: Subcommands) -> None:
     certs = commands.add_parser(
         "certs",
-        help="TLS for the legacy webhook/extender: CA + serving cert Secret, webhook caBundle",
+        help="TLS for the legacy webhook/extender: CA + serving cert Secret, kube-scheduler's "
+        "client cert Secret, webhook caBundle",
         description=(
             "Create (or keep, when still valid) a CA and a serving certificate for the "
-            "Service's DNS names in a kubernetes.io/tls Secret with ca.crt, and set the "
+            "Service's DNS names in a kubernetes.io/tls Secret with ca.crt, a client "
+            "certificate from the same CA for kube-scheduler in another, and set the "
             "caBundle of the named MutatingWebhookConfigurations. Safe to rerun."
         ),
     )
     certs.add_argument("--namespace", env="POD_NAMESPACE", default="vgpu-system")
     certs.add_argument("--service", env="CERTS_SERVICE", default="vgpu-legacy-scheduler")
     certs.add_argument("--secret", env="CERTS_SECRET", default="vgpu-legacy-scheduler-tls")
+    certs.add_argument(
+        "--client-secret",
+        env="CERTS_CLIENT_SECRET",
+        default="vgpu-kube-scheduler-client",
+        help="kubernetes.io/tls Secret for the client certificate kube-scheduler presents to "
+        "the extender, from the same CA ('': none)",
+    )
+    certs.add_argument(
+        "--client-name",
+        env="CERTS_CLIENT_NAME",
+        default=DEFAULT_CLIENT_NAME,
+        help="the client certificate's CN: the identity the scheduler's --allowed-callers names",
+    )
     certs.add_argument(
         "--webhook",
         action="append",
@@ -79,5 +95,7 @@ def _certs(args: argparse.Namespace) -> int:
         webhooks=tuple(args.webhook or ()),
         validity=validity,
         cluster_domain=args.cluster_domain,
+        client_secret=args.client_secret or None,
+        client_name=args.client_name,
     )
     return asyncio.run(run_certs(args.kubeconfig, settings))

@@ -1,5 +1,6 @@
 """`dra-driver certs` against the API emulator: the Secret and the webhook's caBundle it
-writes make a TLS handshake succeed for the Service's DNS name; reruns change nothing;
+writes make a TLS handshake succeed for the Service's DNS name; kube-scheduler's client
+certificate comes from the same CA and is renewed with it; reruns change nothing;
 what it must not overwrite it refuses, naming the flag. With `--out-dir`, the same pair
 as real files for the `--san` names: parsed back, chained to the CA, with their modes."""
 
@@ -11,6 +12,7 @@ import ipaddress
 import ssl
 import stat
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from dra_driver.cli import EXIT_BAD_INPUT, main
 from dra_driver.errors import InvalidParameterError
@@ -39,6 +42,8 @@ SETTINGS = CertsSettings(
     webhooks=("vgpu-legacy-webhook",),
 )
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
+CLIENT_SECRET = object_path(SECRETS, "vgpu-kube-scheduler-client")
+WITH_CLIENT = replace(SETTINGS, client_secret="vgpu-kube-scheduler-client")
 
 
 @pytest.fixture
@@ -189,11 +194,100 @@ async def test_the_command_prints_what_it_did_and_exits_2_on_bad_input(
     assert code == 0
     assert "caBundle set" in capsys.readouterr().out
     assert (await client.get(SECRET))["type"] == "kubernetes.io/tls"
+    # By default the command also issues kube-scheduler's client certificate.
+    assert (await client.get(CLIENT_SECRET))["type"] == "kubernetes.io/tls"
     code = await asyncio.to_thread(main, [*argv, "--webhook", "nope"])
     assert code == EXIT_BAD_INPUT
     assert "dra-driver certs: --webhook: MutatingWebhookConfiguration nope not found" in (
         capsys.readouterr().err
     )
+
+
+async def test_the_client_certificate_is_signed_by_the_serving_ca_and_kept_on_rerun(
+    cluster,
+) -> None:
+    _, client, _ = cluster
+    report = await ensure_certificates(client, WITH_CLIENT, NOW)
+    assert report.lines == [
+        f"secret {NAMESPACE}/vgpu-legacy-scheduler-tls: created",
+        f"secret {NAMESPACE}/vgpu-kube-scheduler-client: created",
+        "mutatingwebhookconfiguration vgpu-legacy-webhook: caBundle set",
+    ]
+    serving_secret, client_secret = await client.get(SECRET), await client.get(CLIENT_SECRET)
+    assert client_secret["type"] == "kubernetes.io/tls"
+    serving, issued = _data(serving_secret), _data(client_secret)
+    assert issued["ca.crt"] == serving["ca.crt"]
+    ca = x509.load_pem_x509_certificate(serving["ca.crt"])
+    cert = x509.load_pem_x509_certificate(issued["tls.crt"])
+    cert.verify_directly_issued_by(ca)
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == (
+        "vgpu-kube-scheduler"
+    )
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.CLIENT_AUTH in usages
+    versions = [s["metadata"]["resourceVersion"] for s in (serving_secret, client_secret)]
+    report = await ensure_certificates(client, WITH_CLIENT, NOW + timedelta(days=300))
+    assert report.lines[1] == (
+        f"secret {NAMESPACE}/vgpu-kube-scheduler-client: kept (valid for CN vgpu-kube-scheduler)"
+    )
+    after = [
+        (await client.get(path))["metadata"]["resourceVersion"] for path in (SECRET, CLIENT_SECRET)
+    ]
+    assert after == versions
+
+
+async def test_a_missing_client_certificate_renews_the_ca_and_the_ca_bundle_follows(
+    cluster,
+) -> None:
+    """An upgrade from a release without the client Secret: the serving CA's key is gone, so
+    a client certificate it signed can only come with a new CA and serving certificate."""
+    _, client, _ = cluster
+    await ensure_certificates(client, SETTINGS, NOW)
+    old_ca = _data(await client.get(SECRET))["ca.crt"]
+    report = await ensure_certificates(client, WITH_CLIENT, NOW)
+    assert report.lines[:2] == [
+        f"secret {NAMESPACE}/vgpu-legacy-scheduler-tls: replaced (renewed with secret "
+        f"{NAMESPACE}/vgpu-kube-scheduler-client: not found)",
+        f"secret {NAMESPACE}/vgpu-kube-scheduler-client: created",
+    ]
+    new_ca = _data(await client.get(SECRET))["ca.crt"]
+    assert new_ca != old_ca
+    assert _data(await client.get(CLIENT_SECRET))["ca.crt"] == new_ca
+    (webhook,) = (await client.get(WEBHOOK))["webhooks"]
+    assert base64.b64decode(webhook["clientConfig"]["caBundle"]) == new_ca
+
+
+async def test_a_client_certificate_of_another_ca_or_name_is_replaced(cluster) -> None:
+    _, client, _ = cluster
+    await ensure_certificates(client, WITH_CLIENT, NOW)
+    # The serving Secret alone renewed (as by an older release's Job): the CAs differ.
+    await client.delete(SECRET)
+    await ensure_certificates(client, SETTINGS, NOW)
+    report = await ensure_certificates(client, WITH_CLIENT, NOW)
+    assert report.lines[1] == (
+        f"secret {NAMESPACE}/vgpu-kube-scheduler-client: replaced (ca.crt is not the CA of "
+        f"secret {NAMESPACE}/vgpu-legacy-scheduler-tls)"
+    )
+    renamed = replace(WITH_CLIENT, client_name="another-scheduler")
+    report = await ensure_certificates(client, renamed, NOW)
+    assert (
+        "replaced (tls.crt is for CN vgpu-kube-scheduler, not another-scheduler)"
+        in (report.lines[1])
+    )
+    assert (
+        _data(await client.get(CLIENT_SECRET))["ca.crt"]
+        == _data(await client.get(SECRET))["ca.crt"]
+    )
+
+
+async def test_a_client_secret_of_another_type_is_left_alone(cluster) -> None:
+    _, client, _ = cluster
+    opaque = {"metadata": {"name": "vgpu-kube-scheduler-client"}, "type": "Opaque", "data": {}}
+    await client.create(SECRETS, opaque)
+    with pytest.raises(InvalidParameterError) as refused:
+        await ensure_certificates(client, WITH_CLIENT, NOW)
+    assert refused.value.field == "--client-secret"
+    assert (await client.get(CLIENT_SECRET))["type"] == "Opaque"
 
 
 def _certs_to_files(out_dir: Path, *sans: str) -> int:

@@ -1,5 +1,5 @@
-"""The keep-or-replace decision of `dra-driver certs`: each way a stored bundle can be
-wrong is named, and a good one is kept until its renewal window."""
+"""The keep-or-replace decision of `dra-driver certs`: each way a stored serving or client
+bundle can be wrong is named, and a good one is kept until its renewal window."""
 
 from __future__ import annotations
 
@@ -7,8 +7,17 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from dra_driver.tls.bundle import bundle_problem, issue_bundle, service_dns_names
+from dra_driver.errors import InvalidParameterError
+from dra_driver.tls.bundle import (
+    bundle_problem,
+    client_problem,
+    issue_bundle,
+    issue_serving_and_client,
+    service_dns_names,
+)
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
 NAMES = service_dns_names("svc", "ns")
@@ -61,3 +70,46 @@ def test_ip_addresses_go_in_as_ip_names() -> None:
 def test_no_dns_name_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one DNS name"):
         issue_bundle((), NOW, YEAR)
+
+
+@pytest.fixture(scope="module")
+def issued():
+    return issue_serving_and_client(NAMES, "vgpu-kube-scheduler", NOW, YEAR)
+
+
+def test_serving_and_client_certificates_share_one_ca(issued) -> None:
+    serving, client = issued
+    assert serving.ca_cert == client.ca_cert
+    assert bundle_problem(serving, NAMES, NOW, MONTH) is None
+    assert client_problem(client, "vgpu-kube-scheduler", NOW, MONTH) is None
+    cert = x509.load_pem_x509_certificate(client.cert)
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.extensions.get_extension_for_class(x509.KeyUsage).value.digital_signature
+
+
+def test_each_way_a_client_certificate_is_wrong_is_named(issued) -> None:
+    serving, client = issued
+    name = "vgpu-kube-scheduler"
+    assert client_problem(client, "someone-else", NOW, MONTH) == (
+        "tls.crt is for CN vgpu-kube-scheduler, not someone-else"
+    )
+    # A serving certificate is not one for client authentication.
+    assert client_problem(serving, NAMES[0], NOW, MONTH) == (
+        "tls.crt is not for client authentication"
+    )
+    assert client_problem(replace(client, key=serving.key), name, NOW, MONTH) == (
+        "tls.key does not belong to tls.crt"
+    )
+    other = issue_bundle(NAMES, NOW, YEAR)
+    assert client_problem(replace(client, ca_cert=other.ca_cert), name, NOW, MONTH) == (
+        "tls.crt is not signed by ca.crt"
+    )
+    late = client_problem(client, name, NOW + YEAR - MONTH, MONTH)
+    assert late is not None and "within the renewal window" in late
+    assert client_problem(client, name, NOW - timedelta(days=1), MONTH) == "not valid yet"
+
+
+def test_a_client_certificate_needs_a_name() -> None:
+    with pytest.raises(InvalidParameterError, match="needs a common name"):
+        issue_serving_and_client(NAMES, "", NOW, YEAR)
