@@ -143,11 +143,14 @@ def _driver_configs(
         opaque = entry.get("opaque") or {}
         if opaque.get("driver") != driver:
             continue
+        source = entry.get("source") or ""
         try:
-            config = parse_vgpu_config(opaque.get("parameters") or {})
+            config = parse_vgpu_config(
+                opaque.get("parameters") or {}, from_class=source == FROM_CLASS
+            )
         except VGPUConfigError:
             return None
-        parsed.append((entry.get("source") or "", frozenset(entry.get("requests") or ()), config))
+        parsed.append((source, frozenset(entry.get("requests") or ()), config))
     return parsed
 
 
