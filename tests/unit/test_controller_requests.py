@@ -129,3 +129,22 @@ def test_a_bad_request_names_the_claim_and_the_field() -> None:
         pod_variants(POD, [bad], context())
     assert caught.value.field.startswith("ResourceClaim ns/c (u1) spec.devices.requests[0]")
     assert "elsewhere.example.com" in caught.value.reason
+
+
+def opt_out_switch() -> dict[str, Any]:
+    parameters = {"apiVersion": "vgpu.hami.io/v1alpha1", "kind": "VGPUConfig"}
+    return {"opaque": {"driver": DRIVER, "parameters": {**parameters, "allowClaimOptOut": True}}}
+
+
+def test_allow_claim_opt_out_is_accepted_from_the_class_and_refused_from_the_claim() -> None:
+    """The controller reports at allocation time what the kubelet plugin would refuse
+    at prepare: a claim setting the class-only switch."""
+    gpu = {"name": "g", "exactly": {"deviceClassName": CLASS}}
+    classes = {CLASS: {"spec": {"config": [opt_out_switch()]}}}
+    assert list(pod_variants(POD, [claim(gpu)], context(classes)))
+    with pytest.raises(InvalidParameterError) as caught:
+        pod_variants(POD, [claim(gpu, config=[opt_out_switch()])], context())
+    assert caught.value.field == "ResourceClaim ns/c (u1) spec.devices.config[0].opaque.parameters"
+    assert caught.value.reason == (
+        "allowClaimOptOut: only a DeviceClass's config may set it, not a claim's"
+    )

@@ -6,7 +6,13 @@ import pytest
 
 from dra_driver.errors import InvalidParameterError
 from kubeletplugin.gpus import GpuInfo
-from kubeletplugin.prepare_plan import DeviceCapacity, overcommitted, plan_claim
+from kubeletplugin.prepare_plan import (
+    DeviceCapacity,
+    HonouredOptOut,
+    OptOutAuthority,
+    overcommitted,
+    plan_claim,
+)
 from libvgpu.container_edits import CorePolicy
 
 GIB = 1 << 30
@@ -126,6 +132,132 @@ def test_a_claims_opt_out_is_honoured_when_the_driver_allows_it():
     )
     assert planned.disable_control
     assert planned.ignored_opt_outs == ()
+
+
+CONFIG = "status.allocation.devices.config[{}].opaque.parameters"
+
+
+def test_a_class_opt_out_is_traced_to_the_class_config():
+    opt_out = {"disableControl": True, "coreLimitPolicy": "disable"}
+    planned = plan(claim([result()], [config("FromClass", opt_out, ["gpu"])]))
+    assert planned.honoured_opt_outs == (
+        HonouredOptOut(f"{CONFIG.format(0)}.disableControl", OptOutAuthority.CLASS_CONFIG),
+        HonouredOptOut(f"{CONFIG.format(0)}.coreLimitPolicy", OptOutAuthority.CLASS_CONFIG),
+    )
+    message = planned.enforcement_off_message()
+    assert message.startswith("claim ns/c (11111111-2222-3333-4444-555555555555): ")
+    assert f"{CONFIG.format(0)}.disableControl (allowed by DeviceClass config)" in message
+    assert "no memory or SM limit holds" in message
+
+
+def test_the_class_switch_lets_that_requests_claim_config_opt_out():
+    document = claim(
+        [result()],
+        [
+            config("FromClass", {"allowClaimOptOut": True}, ["gpu"]),
+            config("FromClaim", {"coreLimitPolicy": "disable"}),
+        ],
+    )
+    planned = plan(document)
+    assert (planned.policy, planned.disable_control) == (CorePolicy.DISABLE, False)
+    assert planned.ignored_opt_outs == ()
+    assert planned.honoured_opt_outs == (
+        HonouredOptOut(f"{CONFIG.format(1)}.coreLimitPolicy", OptOutAuthority.CLASS_SWITCH),
+    )
+    message = planned.enforcement_off_message()
+    assert "(allowed by class allowClaimOptOut)" in message
+    assert "SM throttling is off; the memory limits hold" in message
+
+
+def test_the_class_switch_covers_only_the_requests_its_config_applies_to():
+    document = claim(
+        [result("gpu-0", request="trusted"), result("gpu-1", request="other")],
+        [
+            config("FromClass", {"allowClaimOptOut": True}, ["trusted"]),
+            config("FromClaim", {"disableControl": True}, ["trusted"]),
+            config("FromClaim", {"coreLimitPolicy": "disable"}, ["other"]),
+        ],
+    )
+    planned = plan(document)
+    assert (planned.disable_control, planned.policy) == (True, CorePolicy.DEFAULT)
+    assert planned.ignored_opt_outs == (f"{CONFIG.format(2)}.coreLimitPolicy",)
+    assert planned.honoured_opt_outs == (
+        HonouredOptOut(f"{CONFIG.format(1)}.disableControl", OptOutAuthority.CLASS_SWITCH),
+    )
+
+
+def test_a_later_class_config_can_take_the_switch_back():
+    document = claim(
+        [result()],
+        [
+            config("FromClass", {"allowClaimOptOut": True}),
+            config("FromClass", {"allowClaimOptOut": False}),
+            config("FromClaim", {"disableControl": True}),
+        ],
+    )
+    planned = plan(document)
+    assert not planned.disable_control
+    assert planned.ignored_opt_outs == (f"{CONFIG.format(2)}.disableControl",)
+    assert planned.honoured_opt_outs == ()
+
+
+def test_the_driver_flag_is_named_when_it_allowed_the_claims_opt_out():
+    document = claim([result()], [config("FromClaim", {"disableControl": True})])
+    planned = plan_claim(
+        document, driver=DRIVER, pool="node-a", devices=DEVICES, allow_claim_opt_out=True
+    )
+    assert planned.honoured_opt_outs == (
+        HonouredOptOut(f"{CONFIG.format(0)}.disableControl", OptOutAuthority.DRIVER_FLAG),
+    )
+    assert "(allowed by --allow-claim-opt-out)" in planned.enforcement_off_message()
+
+
+def test_a_claim_keeping_control_on_over_its_class_honours_nothing():
+    document = claim(
+        [result()],
+        [
+            config("FromClass", {"disableControl": True, "coreLimitPolicy": "disable"}),
+            config("FromClaim", {"disableControl": False, "coreLimitPolicy": "force"}),
+        ],
+    )
+    planned = plan(document)
+    assert (planned.disable_control, planned.policy) == (False, CorePolicy.FORCE)
+    assert planned.honoured_opt_outs == ()
+
+
+def test_a_core_opt_out_another_result_overrides_is_not_reported():
+    """The plan takes the first non-default core policy; a `disable` it did not take
+    is not in effect, so the claim is not told its throttling is off."""
+    document = claim(
+        [result("gpu-0", request="a"), result("gpu-1", request="b")],
+        [
+            config("FromClass", {"coreLimitPolicy": "force"}, ["a"]),
+            config("FromClass", {"coreLimitPolicy": "disable"}, ["b"]),
+        ],
+    )
+    planned = plan(document)
+    assert planned.policy is CorePolicy.FORCE
+    assert planned.honoured_opt_outs == ()
+
+
+def test_one_claim_config_for_two_results_is_named_once():
+    document = claim(
+        [result("gpu-0"), result("gpu-1")], [config("FromClaim", {"disableControl": True})]
+    )
+    assert plan(document).ignored_opt_outs == (f"{CONFIG.format(0)}.disableControl",)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_claims_own_allow_switch_fails_the_prepare_naming_the_field(value: bool):
+    document = claim([result()], [config("FromClaim", {"allowClaimOptOut": value})])
+    with pytest.raises(InvalidParameterError) as raised:
+        plan(document)
+    assert raised.value.field == CONFIG.format(0)
+    assert (
+        f"{CONFIG.format(0)}.allowClaimOptOut: only a DeviceClass's config may set it, "
+        "not a claim's"
+    ) in str(raised.value)
+    assert "claim ns/c (11111111-2222-3333-4444-555555555555)" in str(raised.value)
 
 
 @pytest.mark.parametrize(

@@ -172,6 +172,25 @@ def test_every_problem_is_reported_once_with_its_path() -> None:
     )
 
 
+def test_allow_claim_opt_out_is_a_class_only_field() -> None:
+    """A claim may not widen what claims may do: only an administrator's config (a
+    DeviceClass) may set allowClaimOptOut, and a reader that does not say whose
+    config it parses reads it as a claim's."""
+    from_class = parse_vgpu_config(wire(allowClaimOptOut=True), from_class=True)
+    assert from_class.allow_claim_opt_out
+    assert from_class.to_wire() == wire(allowClaimOptOut=True)
+    assert not parse_vgpu_config(wire(), from_class=True).allow_claim_opt_out
+    for value in (True, False):
+        with pytest.raises(VGPUConfigError) as caught:
+            parse_vgpu_config(wire(allowClaimOptOut=value), path="spec.devices.config[0]")
+        assert caught.value.problems == (
+            (
+                "spec.devices.config[0].allowClaimOptOut",
+                "only a DeviceClass's config may set it, not a claim's",
+            ),
+        )
+
+
 def test_configs_are_immutable() -> None:
     config = parse_vgpu_config(wire(cores=10))
     with pytest.raises(ValueError, match="frozen"):
