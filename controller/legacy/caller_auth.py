@@ -1,12 +1,15 @@
 """Who called /filter, /bind or /webhook, and whether they may (HAMi#3030: anyone could bind).
 
-kube-scheduler and the API server are the only legitimate callers. A caller is
-known by a client certificate the TLS server verified against
-`--client-ca-file` (its subject CN), or by a bearer token the API server
-vouches for through TokenReview (`authentication.k8s.io/v1`); either identity
-must be in `--allowed-callers`. No identity is a 401, one not allowed a 403,
-each logged with the caller's address. TokenReview answers are reused for a
-short TTL so a busy /filter does not wait on the API server every call.
+kube-scheduler (/filter, /bind) and the API server (/webhook) are the only
+legitimate callers. A caller is known by a client certificate the TLS server
+verified against a `--client-ca-file` (its subject CN), or by a bearer token the
+API server vouches for through TokenReview (`authentication.k8s.io/v1`); the
+identity must be in the path's list: `--allowed-callers` for the extender's
+paths, `--allowed-webhook-callers` for /webhook, unless `--open-webhook` leaves
+/webhook to anyone (an API server without a client certificate). No identity is
+a 401, one not allowed a 403, each logged with the caller's address.
+TokenReview answers are reused for a short TTL so a busy /filter does not wait
+on the API server every call.
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from dra_driver.kube.rest import ApiError, KubeClient
 log = logging.getLogger(__name__)
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
-PROTECTED_PATHS = frozenset({"/filter", "/bind", "/webhook"})
-"""Health, readiness and metrics stay open: probes and Prometheus carry no identity."""
+EXTENDER_PATHS = frozenset({"/filter", "/bind"})
+WEBHOOK_PATH = "/webhook"
+"""Only these are guarded. Health, readiness and metrics stay open: probes and Prometheus
+carry no identity."""
 CACHE_LIMIT = 1024
 """Distinct tokens remembered; beyond it the oldest answer is forgotten first."""
 
@@ -68,11 +73,23 @@ class CallerAuthenticator:
         self.settings = settings
         self._reviews: dict[str, tuple[float, str | None]] = {}
 
+    def allowed_for(self, path: str) -> frozenset[str] | None:
+        """The identities `path` lets in, or None when it is open to anyone."""
+        settings = self.settings
+        if not settings.enabled:
+            return None
+        if path in EXTENDER_PATHS:
+            return settings.allowed_callers
+        if path == WEBHOOK_PATH and not settings.open_webhook:
+            return settings.allowed_webhook_callers
+        return None
+
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if not self.settings.enabled or request.path not in PROTECTED_PATHS:
+        allowed = self.allowed_for(request.path)
+        if allowed is None:
             return await handler(request)
-        identity, refusal = await self._judge(request)
+        identity, refusal = await self._judge(request, allowed)
         if refusal is None:
             return await handler(request)
         log.warning(
@@ -91,7 +108,9 @@ class CallerAuthenticator:
             headers={"WWW-Authenticate": "Bearer"} if refusal.status == 401 else None,
         )
 
-    async def _judge(self, request: web.Request) -> tuple[str | None, Refusal | None]:
+    async def _judge(
+        self, request: web.Request, allowed: frozenset[str]
+    ) -> tuple[str | None, Refusal | None]:
         transport = request.transport
         identity = certificate_identity(transport.get_extra_info("peercert") if transport else None)
         if identity is None:
@@ -104,8 +123,8 @@ class CallerAuthenticator:
                 return None, Refusal(503, f"cannot review the bearer token: {error}")
             if identity is None:
                 return None, Refusal(401, "the API server does not know the bearer token")
-        if identity not in self.settings.allowed_callers:
-            return identity, Refusal(403, f"{identity} is not an allowed caller")
+        if identity not in allowed:
+            return identity, Refusal(403, f"{identity} is not an allowed caller of {request.path}")
         return identity, None
 
     async def _review(self, token: str) -> str | None:

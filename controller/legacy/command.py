@@ -9,9 +9,10 @@ settings and `dra_driver.process.runtime`.
 The flags are HAMi's scheduler flags where HAMi has one (`--scheduler-name`,
 `--node-scheduler-policy`, `--gpu-scheduler-policy`, `--node-lock-timeout`,
 `--node-lock-retry-timeout`, `--force-overwrite-default-scheduler`,
-`--device-config-file`), each with an environment variable. `--allowed-callers`,
-`--client-ca-file` and `--authenticate-callers` (on by default) decide who may
-call /filter, /bind and /webhook. HAMi's
+`--device-config-file`), each with an environment variable. `--authenticate-callers`
+(on by default), `--client-ca-file` (repeatable), `--allowed-callers` (/filter,
+/bind), `--allowed-webhook-callers` and `--open-webhook` (/webhook) decide who
+may call the extender and the webhook. HAMi's
 `--node-lock-retry-timeout` applies to PodGroup members only; here every Bind
 waits that long (default 20 s) for a held node lock. Heavy imports wait until
 a command runs.
@@ -79,15 +80,32 @@ def _register_role(commands: Subcommands, name: str) -> None:
     parser.add_argument(
         "--client-ca-file",
         type=Path,
+        action="append",
         env="CLIENT_CA_FILE",
-        help="CA of the client certificates that identify callers (kube-scheduler, API server)",
+        help="CA file of client certificates that identify callers (repeatable: the CA of "
+        "kube-scheduler's, the cluster's for the API server's)",
     )
     parser.add_argument(
         "--allowed-callers",
         env="ALLOWED_CALLERS",
         default="",
         help="comma-separated usernames (TokenReview) and certificate CNs let into "
-        "/filter, /bind and /webhook",
+        "/filter and /bind (kube-scheduler's)",
+    )
+    parser.add_argument(
+        "--allowed-webhook-callers",
+        env="ALLOWED_WEBHOOK_CALLERS",
+        default="",
+        help="comma-separated usernames and certificate CNs let into /webhook (the API "
+        "server's admission client)",
+    )
+    parser.add_argument(
+        "--open-webhook",
+        action=argparse.BooleanOptionalAction,
+        env="OPEN_WEBHOOK",
+        default=False,
+        help="answer /webhook for any caller, for API servers that send no client "
+        "certificate (managed clusters); /filter and /bind stay authenticated",
     )
     parser.add_argument(
         "--authenticate-callers",
@@ -175,6 +193,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
     if args.token_review_ttl < 0:
         raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
     allowed = _names(args.allowed_callers)
+    allowed_webhook = _names(args.allowed_webhook_callers)
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -189,6 +208,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         caller_auth=CallerAuthSettings(
             enabled=args.authenticate_callers,
             allowed_callers=allowed,
+            allowed_webhook_callers=allowed_webhook,
+            open_webhook=args.open_webhook,
             token_review_ttl=timedelta(seconds=args.token_review_ttl),
         ),
     )
@@ -199,15 +220,31 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         webhook=args.webhook,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
-        client_ca=args.client_ca_file,
+        client_cas=tuple(args.client_ca_file or ()),
     )
     serve.ssl_context()
-    if args.authenticate_callers and not allowed:
+    if args.authenticate_callers:
+        _require_callers(args, allowed, allowed_webhook)
+    return settings, serve
+
+
+def _require_callers(
+    args: argparse.Namespace, allowed: frozenset[str], allowed_webhook: frozenset[str]
+) -> None:
+    """Refuse to start where every call to a served path would be refused."""
+    from dra_driver.errors import InvalidParameterError
+
+    if args.extender and not allowed:
         raise InvalidParameterError(
             "--allowed-callers",
-            "empty: every caller would be refused (or --no-authenticate-callers)",
+            "empty: every /filter and /bind would be refused (or --no-authenticate-callers)",
         )
-    return settings, serve
+    if args.webhook and not args.open_webhook and not allowed_webhook:
+        raise InvalidParameterError(
+            "--allowed-webhook-callers",
+            "empty: every /webhook would be refused (or --open-webhook, where the API "
+            "server sends no client certificate)",
+        )
 
 
 def _names(value: str) -> frozenset[str]:

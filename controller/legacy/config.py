@@ -155,12 +155,23 @@ def load_device_config(path: Path | None) -> DeviceConfig:
 
 @dataclass(frozen=True, slots=True)
 class CallerAuthSettings:
-    """Who may call /filter, /bind and /webhook (HAMi#3030: anyone in the cluster could bind)."""
+    """Who may call /filter, /bind and /webhook (HAMi#3030: anyone in the cluster could bind).
+
+    The extender's and the webhook's callers are told apart: kube-scheduler calls the first
+    two, the API server's admission client the third, and the API server sends a client
+    certificate only where its administrator configures one (never on EKS, GKE or AKS)."""
 
     enabled: bool = True
     """Off only for a loopback simulator or a test that does not exercise it."""
     allowed_callers: frozenset[str] = frozenset()
-    """Usernames a TokenReview may answer and client-certificate CNs that are let in."""
+    """Usernames a TokenReview may answer and client-certificate CNs let into /filter and
+    /bind (kube-scheduler's)."""
+    allowed_webhook_callers: frozenset[str] = frozenset()
+    """The same for /webhook (the API server's admission client)."""
+    open_webhook: bool = False
+    """/webhook answers any caller, for API servers that cannot present a client
+    certificate: its answer has no side effect and goes back only to its caller
+    (docs/security.md). /filter and /bind stay authenticated."""
     token_review_ttl: timedelta = timedelta(seconds=10)
     """How long a TokenReview answer is reused, so /filter does not wait on the API server
     every call; short, so a revoked token stops working soon."""

@@ -5,7 +5,8 @@
 `GET /metrics` (HAMi's scheduler metrics).
 Bodies are limited to 1 MiB (413 beyond). /filter, /bind and /webhook answer
 only authenticated, allowed callers (caller_auth.py): a client certificate
-verified against `client_ca` or a bearer token TokenReview vouches for.
+verified against one of `client_cas` or a bearer token TokenReview vouches for
+(/webhook may be left open, `CallerAuthSettings.open_webhook`).
 Malformed input is answered with a 4xx and a message naming the field, never a
 stack trace; TLS is optional (certificate and key files). Reference:
 hami-protocol.md §4, §6.
@@ -56,12 +57,13 @@ class ServeSettings:
     webhook: bool = True
     tls_cert: Path | None = None
     tls_key: Path | None = None
-    client_ca: Path | None = None
-    """CA whose client certificates (kube-scheduler's, the API server's) identify callers."""
+    client_cas: tuple[Path, ...] = ()
+    """CA files (each may hold several CAs) whose client certificates identify callers:
+    the one that signed kube-scheduler's, and the cluster's for the API server's."""
 
     def ssl_context(self) -> ssl.SSLContext | None:
         if self.tls_cert is None and self.tls_key is None:
-            if self.client_ca is not None:
+            if self.client_cas:
                 raise InvalidParameterError(
                     "--client-ca-file", "client certificates need TLS: give --tls-cert/--tls-key"
                 )
@@ -73,18 +75,22 @@ class ServeSettings:
             context.load_cert_chain(self.tls_cert, self.tls_key)
         except (OSError, ssl.SSLError) as error:
             raise InvalidParameterError("--tls-cert/--tls-key", f"cannot load: {error}") from None
-        if self.client_ca is not None:
-            self._verify_clients(context, self.client_ca)
+        if self.client_cas:
+            self._verify_clients(context, self.client_cas)
         return context
 
     @staticmethod
-    def _verify_clients(context: ssl.SSLContext, client_ca: Path) -> None:
-        """Ask for a client certificate and check it; optional, so token callers still connect."""
+    def _verify_clients(context: ssl.SSLContext, client_cas: tuple[Path, ...]) -> None:
+        """Ask for a client certificate and check it; optional, so token callers (and, with
+        an open /webhook, an API server without one) still connect."""
         context.verify_mode = ssl.CERT_OPTIONAL
-        try:
-            context.load_verify_locations(cafile=client_ca)
-        except (OSError, ssl.SSLError) as error:
-            raise InvalidParameterError("--client-ca-file", f"cannot load: {error}") from None
+        for client_ca in client_cas:
+            try:
+                context.load_verify_locations(cafile=client_ca)
+            except (OSError, ssl.SSLError) as error:
+                raise InvalidParameterError(
+                    "--client-ca-file", f"cannot load {client_ca}: {error}"
+                ) from None
 
 
 def _bad_request(message: str, key: str = "Error") -> web.Response:

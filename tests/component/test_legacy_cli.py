@@ -6,6 +6,7 @@ import asyncio
 import signal
 import socket
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -13,6 +14,7 @@ import pytest
 
 from controller.legacy.command import settings_from_args
 from dra_driver.cli import EXIT_BAD_INPUT, build_parser, main
+from dra_driver.tls.bundle import issue_serving_and_client
 from simulator.apiserver import APIServer
 
 READY_LINE = "legacy scheduler serving"
@@ -104,5 +106,57 @@ def test_enforcement_opt_out_namespaces_come_from_the_flag() -> None:
     settings, serve = settings_from_args(args)
     assert settings.enforcement_opt_out_namespaces == frozenset({"trusted", "lab"})
     assert (serve.extender, serve.webhook) == (False, True)
-    default = settings_from_args(build_parser().parse_args(["webhook", "--allowed-callers", "a"]))
+    default = settings_from_args(
+        build_parser().parse_args(["webhook", "--allowed-webhook-callers", "a"])
+    )
     assert default[0].enforcement_opt_out_namespaces == frozenset()
+
+
+def _parse(*argv: str):
+    return settings_from_args(build_parser().parse_args([*argv, "--kubeconfig", "/x"]))
+
+
+def test_webhook_callers_are_a_list_of_their_own_or_the_webhook_is_opened(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """The extender's callers never get /webhook by being listed for /filter and /bind:
+    the webhook needs its own list or the explicit switch, else the process does not start."""
+    assert (
+        main(["scheduler", "--allowed-callers", "vgpu-kube-scheduler", "--kubeconfig", "/x"]) == 2
+    )
+    assert "--allowed-webhook-callers: empty" in capsys.readouterr().err
+    settings, _ = _parse("scheduler", "--allowed-callers", "vgpu-kube-scheduler", "--open-webhook")
+    auth = settings.caller_auth
+    assert (auth.enabled, auth.open_webhook) == (True, True)
+    assert auth.allowed_callers == frozenset({"vgpu-kube-scheduler"})
+    settings, _ = _parse(
+        "scheduler", "--allowed-callers", "s", "--allowed-webhook-callers", "kube-apiserver, a"
+    )
+    assert settings.caller_auth.allowed_webhook_callers == frozenset({"kube-apiserver", "a"})
+    assert settings.caller_auth.open_webhook is False
+    # An extender alone needs no webhook callers.
+    assert _parse("extender", "--allowed-callers", "s")[0].caller_auth.allowed_callers == {"s"}
+
+
+def test_client_ca_file_is_repeatable_and_each_is_loaded(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    now, hour = datetime.now(UTC), timedelta(hours=1)
+    serving, _ = issue_serving_and_client(("127.0.0.1",), "vgpu-kube-scheduler", now, hour)
+    cluster, _ = issue_serving_and_client(("cluster.invalid",), "kube-apiserver", now, hour)
+    for name, data in (
+        ("tls.crt", serving.cert),
+        ("tls.key", serving.key),
+        ("ca.crt", serving.ca_cert),
+        ("cluster-ca.crt", cluster.ca_cert),
+    ):
+        (tmp_path / name).write_bytes(data)
+    tls = ["--tls-cert", str(tmp_path / "tls.crt"), "--tls-key", str(tmp_path / "tls.key")]
+    cas = ["--client-ca-file", str(tmp_path / "ca.crt")]
+    cas += ["--client-ca-file", str(tmp_path / "cluster-ca.crt")]
+    _, serve = _parse("extender", "--allowed-callers", "s", *tls, *cas)
+    assert serve.client_cas == (tmp_path / "ca.crt", tmp_path / "cluster-ca.crt")
+    missing = ["--client-ca-file", str(tmp_path / "absent.crt")]
+    argv = ["extender", "--allowed-callers", "s", *tls, *cas, *missing, "--kubeconfig", "/x"]
+    assert main(argv) == 2
+    assert f"--client-ca-file: cannot load {tmp_path / 'absent.crt'}" in capsys.readouterr().err
