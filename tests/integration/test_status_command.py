@@ -20,12 +20,14 @@ from api.hami_annotations import (
     encode_pod_devices,
 )
 from dra_driver.cli import main
+from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, build_resource_slices
 
 GIB = 1 << 30
 DRIVER = "vgpu.hami.io"
 LEGACY_UUID = "GPU-1e9acy00-0000-4000-8000-000000000000"
+OPT_OUT_UUID = "GPU-0pt0u700-0000-4000-8000-000000000000"
 
 
 def create_dra_node(api: ApiClient, name: str) -> None:
@@ -38,9 +40,9 @@ def create_dra_node(api: ApiClient, name: str) -> None:
         client.ResourceV1Api(api).create_resource_slice(item)
 
 
-def create_legacy_node(api: ApiClient, name: str) -> None:
+def create_legacy_node(api: ApiClient, name: str, gpu: str = LEGACY_UUID) -> None:
     register = encode_node_devices(
-        [RegisteredDevice(LEGACY_UUID, 0, 10, 15360, 100, "NVIDIA-Tesla-T4", 0, "hami-core", True)]
+        [RegisteredDevice(gpu, 0, 10, 15360, 100, "NVIDIA-Tesla-T4", 0, "hami-core", True)]
     )
     client.CoreV1Api(api).create_node(
         {"metadata": {"name": name, "annotations": {NODE_NVIDIA_REGISTER: register}}}
@@ -66,7 +68,15 @@ def claim_body(name: str, memory: str = "20Gi") -> dict:
     }
 
 
-def allocate(api: ApiClient, ns: str, name: str, node: str, pod: str) -> None:
+def allocate(
+    api: ApiClient,
+    ns: str,
+    name: str,
+    node: str,
+    pod: str,
+    device: str = "gpu-1",
+    config: list[dict] | None = None,
+) -> None:
     """Allocate the claim on `node` and reserve it for a (real) pod named `pod`."""
     resource = client.ResourceV1Api(api)
     pod_uid = (
@@ -94,11 +104,12 @@ def allocate(api: ApiClient, ns: str, name: str, node: str, pod: str) -> None:
                         "request": "gpu",
                         "driver": DRIVER,
                         "pool": node,
-                        "device": "gpu-1",
+                        "device": device,
                         "shareID": str(uuid.uuid4()),
                         "consumedCapacity": {"memory": "20Gi", "cores": "30", "shares": "1"},
                     }
-                ]
+                ],
+                "config": config or [],
             },
             "nodeSelector": {
                 "nodeSelectorTerms": [
@@ -200,3 +211,89 @@ def test_text_view_shows_bars_and_holders(cluster: str, kubeconfig: Path, ns: st
     assert "25%" in text
     assert "Pending claims" in text
     assert "CardInsufficientMemory" in text
+
+
+def opt_out_config(source: str) -> list[dict]:
+    parameters = {"apiVersion": "vgpu.hami.io/v1alpha1", "kind": "VGPUConfig"}
+    return [
+        {
+            "source": source,
+            "requests": ["gpu"],
+            "opaque": {"driver": DRIVER, "parameters": {**parameters, "disableControl": True}},
+        }
+    ]
+
+
+@pytest.fixture
+def opt_outs(api: ApiClient, ns: str) -> str:
+    """A class opt-out, a claim opt-out the plugin honoured, and a legacy pod opting out."""
+    suffix = uuid.uuid4().hex[:6]
+    resource, core = client.ResourceV1Api(api), client.CoreV1Api(api)
+    create_dra_node(api, f"dra-{suffix}")
+    create_legacy_node(api, f"legacy-{suffix}", OPT_OUT_UUID)
+    resource.create_namespaced_resource_claim(ns, claim_body("batch"))
+    allocate(api, ns, "batch", f"dra-{suffix}", "batch-0", "gpu-0", opt_out_config("FromClass"))
+    resource.create_namespaced_resource_claim(ns, claim_body("tuning"))
+    allocate(api, ns, "tuning", f"dra-{suffix}", "tuning-0", "gpu-1", opt_out_config("FromClaim"))
+    tuning = resource.read_namespaced_resource_claim("tuning", ns)
+    core.create_namespaced_event(
+        ns,
+        {
+            "metadata": {"name": f"tuning.{suffix}"},
+            "involvedObject": {
+                "kind": "ResourceClaim",
+                "namespace": ns,
+                "name": "tuning",
+                "uid": tuning.metadata.uid,
+            },
+            "type": "Normal",
+            "reason": ENFORCEMENT_DISABLED,
+            "message": "disableControl honoured: the kubelet plugin allows claim opt-outs",
+            "lastTimestamp": "2026-11-30T10:00:05Z",
+        },
+    )
+    allocated = encode_pod_devices([[ContainerDevice(OPT_OUT_UUID, "NVIDIA", 3000, 30)]])
+    core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "bench", "annotations": {VGPU_DEVICES_ALLOCATED: allocated}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "cuda",
+                        "image": "cuda",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        "env": [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}],
+                    }
+                ]
+            },
+        },
+    )
+    return suffix
+
+
+def test_shares_with_enforcement_off_are_marked_with_why(
+    opt_outs: str, kubeconfig: Path, ns: str, capsys
+):
+    view = json.loads(run_status(kubeconfig, capsys, "-o", "json", "--namespace", ns))
+    marks = {
+        (gpu["node"], share["holder"]): (share["enforced"], share["enforcementNote"])
+        for gpu in view["gpus"]
+        for share in gpu["shares"]
+    }
+    assert marks == {
+        (f"dra-{opt_outs}", "batch"): (
+            False,
+            "DeviceClass nvidia.vgpu.hami.io config sets disableControl",
+        ),
+        (f"dra-{opt_outs}", "tuning"): (
+            False,
+            "disableControl honoured: the kubelet plugin allows claim opt-outs",
+        ),
+        (f"legacy-{opt_outs}", "bench"): (False, "container cuda sets CUDA_DISABLE_CONTROL=true"),
+    }
+    text = run_status(kubeconfig, capsys, "--namespace", ns)
+    assert text.count("[limits off]") == 3
+    rows = {line.split("│")[1].strip(): line for line in text.splitlines() if " off " in line}
+    assert set(rows) == {f"{ns}/batch", f"{ns}/tuning", f"{ns}/bench"}
+    assert "container cuda sets CUDA_DISABLE_CONTROL=true" in rows[f"{ns}/bench"]
