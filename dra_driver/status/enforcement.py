@@ -11,10 +11,11 @@ protected from it. What turns it off, and what shows that it did, differs by mod
   plugin applies a claim's opt-outs to every device it prepares on that node, so
   one opted-out request marks all of the claim's shares in that pool. An opt-out
   from the DeviceClass always holds; one from the claim only when the plugin
-  allows it, and its event on the claim says which happened: the newest of
-  ENFORCEMENT_DISABLED (off) and OPT_OUT_IGNORED (limits kept) since the
-  allocation wins; before either the opt-out is only requested. A config that
-  does not parse leaves the share unmarked (the claim already has an error event).
+  allows it (the class's `allowClaimOptOut`, or its `--allow-claim-opt-out`), and
+  its event on the claim says which happened: the newest of ENFORCEMENT_DISABLED
+  (off) and OPT_OUT_IGNORED (limits kept) since the allocation wins; before either
+  the opt-out is only requested. A config that does not parse leaves the share
+  unmarked (the claim already has an error event).
 - Legacy: a GPU container's own env, read as HAMi's device plugin reads it (the
   last literal value of a name wins); the pod's device annotation lists one entry
   per container, init containers first, so each GPU is marked by the containers
@@ -188,17 +189,21 @@ def _pool_enforcement(
 def _reported(
     claim: Mapping[str, Any], reports: Sequence[Mapping[str, Any]], allocation: Mapping[str, Any]
 ) -> Enforcement:
-    """The newest verdict since the allocation; equal stamps: the one listed later."""
+    """The newest verdict since the allocation. One prepare that honours the opt-out of
+    one request and drops another's writes both, Ignored first, often within one
+    second (events carry whole seconds): at equal stamps Disabled wins, as the plugin
+    turns enforcement off for the whole claim then."""
     uid = (claim.get("metadata") or {}).get("uid")
     since = _parse_time(allocation.get("allocationTimestamp"))
-    newest: tuple[datetime, Mapping[str, Any]] | None = None
+    newest: tuple[tuple[datetime, bool], Mapping[str, Any]] | None = None
     for event in reports:
         involved = event.get("involvedObject") or event.get("regarding") or {}
         if uid and involved.get("uid") and involved["uid"] != uid:
             continue
         stamp = _event_time(event)
-        if stamp >= since and (newest is None or stamp >= newest[0]):
-            newest = (stamp, event)
+        rank = (stamp, event.get("reason") == ENFORCEMENT_DISABLED)
+        if stamp >= since and (newest is None or rank >= newest[0]):
+            newest = (rank, event)
     if newest is None:
         return Enforcement(True, NOT_PREPARED)
     event = newest[1]

@@ -216,6 +216,13 @@ def test_a_claim_opt_out_the_plugin_honoured_is_off_with_its_message():
     assert only_share([claim([CLAIM_OPT_OUT])], events) == (False, DISABLED_MESSAGE)
 
 
+def test_a_class_that_allows_claim_opt_outs_is_no_opt_out_itself_and_the_event_decides():
+    configs = [config("FromClass", {"allowClaimOptOut": True}), CLAIM_OPT_OUT]
+    assert only_share([claim(configs[:1])]) == (True, "")
+    events = [event(ENFORCEMENT_DISABLED, DISABLED_MESSAGE, "2026-11-30T10:01:00Z")]
+    assert only_share([claim(configs)], events) == (False, DISABLED_MESSAGE)
+
+
 def test_a_claim_opt_out_the_plugin_dropped_keeps_the_limits():
     events = [event(OPT_OUT_IGNORED, IGNORED_MESSAGE, "2026-11-30T10:01:00Z")]
     assert only_share([claim([CLAIM_OPT_OUT])], events) == (True, LIMITS_KEPT + IGNORED_MESSAGE)
@@ -235,6 +242,15 @@ def test_the_newest_verdict_wins(disabled_at, ignored_at, expected):
         event(OPT_OUT_IGNORED, IGNORED_MESSAGE, ignored_at),
     ]
     assert only_share([claim([CLAIM_OPT_OUT])], events) == expected
+
+
+@pytest.mark.parametrize("disabled_first", [True, False])
+def test_at_equal_stamps_disabled_wins_whatever_the_list_order(disabled_first):
+    """One prepare that honours one request's opt-out and drops another's writes both."""
+    disabled = event(ENFORCEMENT_DISABLED, DISABLED_MESSAGE, "2026-11-30T10:01:00Z")
+    ignored = event(OPT_OUT_IGNORED, IGNORED_MESSAGE, "2026-11-30T10:01:00Z")
+    events = [disabled, ignored] if disabled_first else [ignored, disabled]
+    assert only_share([claim([CLAIM_OPT_OUT])], events) == (False, DISABLED_MESSAGE)
 
 
 def test_verdicts_from_before_the_allocation_or_on_another_claim_do_not_count():
