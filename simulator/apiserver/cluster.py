@@ -3,10 +3,13 @@
 This is what kube-apiserver's generic registry does, reduced to what clients can
 observe: metadata stamping, optimistic concurrency, status separation, finalizers,
 graceful deletion. Cluster is the object API the HTTP layer calls, and the one door
-to storage for writes (`commit`, dry-run aware). The checks each write passes and
-the object an update stores are decided in write_checks.py; the garbage collector
-(garbage_collector.py) and the namespace controller (namespace_controller.py) react
-to deletes through this class. Nothing here awaits; see store.py for why that matters.
+to storage for writes (`commit`, dry-run aware). A write made for an HTTP request
+(`request` set) passes the ValidatingAdmissionPolicies (`admit`, admission_policies.py)
+once its object is decided and before it is stored; the emulator's own writes do not.
+The checks each write passes and the object an update stores are decided in
+write_checks.py; the garbage collector (garbage_collector.py) and the namespace
+controller (namespace_controller.py) react to deletes through this class. Nothing
+here awaits; see store.py for why that matters.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from dra_driver.objects.api_time import api_time
 
+from .admission_policies import PolicyAdmission, RequestContext
 from .apply import ApplyConflictError, apply, dotted, record_update
 from .conversion import PRESENTERS
 from .errors import (
@@ -38,6 +42,7 @@ from .listing import list_page
 from .namespace_controller import NamespaceController
 from .nodes import taint_new_node
 from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from .policy_matching import CREATE, DELETE, UPDATE, GroupVersionKind, Request
 from .registry import ResourceType
 from .rules import binding_node
 from .selectors import FieldTerm, Requirement
@@ -65,6 +70,8 @@ PATCHERS: dict[str, Callable[[Any, Any], Any]] = {
     STRATEGIC_PATCH: strategic_merge_patch,
 }
 PATCH_OPTIONS = Target("meta.k8s.io", "patchoptions", "PatchOptions")
+BINDING_KIND = GroupVersionKind("", "v1", "Binding")
+EVICTION_KIND = GroupVersionKind("policy", "v1", "Eviction")
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
@@ -80,6 +87,9 @@ class Cluster:
         self.namespaces = NamespaceController(self)
         # Set by the HTTP layer around one `dryRun=All` call: validate, answer, store nothing.
         self.dry_run = False
+        # Set by the HTTP layer around one write: who makes it, for the admission policies.
+        self.request: RequestContext | None = None
+        self.admission = PolicyAdmission(storage, storage.registry)
         storage.on_removed = self._removed
 
     def schedule(self, callback: Callable[[], None]) -> None:
@@ -101,6 +111,40 @@ class Cluster:
                 obj["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
             return obj
         return self.storage.commit(resource, obj, old, event_type)
+
+    def admit(
+        self,
+        resource: ResourceType,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        name: str | None = None,
+        kind: GroupVersionKind | None = None,
+    ) -> None:
+        """The admission policies on this write of the current request: a denial raises,
+        warnings go to the request. Nothing for the emulator's own writes or no policy."""
+        context = self.request
+        if context is None or not self.admission.active():
+            return
+        meta = (obj if obj is not None else old or {}).get("metadata") or {}
+        subject = meta.get("name", "") if name is None else name
+        namespace = meta.get("namespace", "")
+        if resource is self._namespaces and operation != CREATE:
+            namespace = subject
+        request = Request(
+            resource.group,
+            resource.version,
+            resource.plural,
+            context.subresource,
+            kind or GroupVersionKind(resource.group, resource.version, resource.kind),
+            operation,
+            subject,
+            namespace,
+            obj,
+            old,
+            not resource.namespaced,
+        )
+        self.admission.review(request, context, self.dry_run)
 
     # ---- reads -----------------------------------------------------------------
 
@@ -148,6 +192,7 @@ class Cluster:
         obj = check_type(resource, body)
         meta = obj["metadata"]
         check_namespace(resource, namespace, meta)
+        asked_name = meta.get("name") or ""
         if resource.namespaced:
             self.namespaces.require(
                 resource, namespace, meta.get("name") or meta.get("generateName", "")
@@ -176,6 +221,7 @@ class Cluster:
         if resource.normalize is not None:
             resource.normalize(obj, None)
         validate_write(resource, obj, None, status_only=False)
+        self.admit(resource, CREATE, obj, None, asked_name)
         if (meta.get("namespace", ""), meta["name"]) in bucket.objects:
             raise already_exists(target(resource, meta["name"]))
         return self.commit(resource, obj, None, ADDED)
@@ -222,6 +268,7 @@ class Cluster:
         new = updated_object(resource, old, obj, subresource, manager)
         validate_write(resource, new, old, status_only=subresource == "status")
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
+        self.admit(resource, UPDATE, new, old)
         if new == old:
             return old
         meta = new["metadata"]
@@ -314,6 +361,9 @@ class Cluster:
         pods = self.storage.registry.get("", "v1", "pods")
         binding_target = Target("", "pods/binding", "Binding", name)
         node = binding_node(name, body)
+        binding = {**body, "apiVersion": "v1", "kind": "Binding"}
+        binding["metadata"] = {**body["metadata"], "namespace": namespace}
+        self.admit(pods, CREATE, binding, None, name, BINDING_KIND)
         old = self.get(pods, namespace, name)
         spec = old.get("spec") or {}
         if old["metadata"].get("deletionTimestamp"):
@@ -351,6 +401,7 @@ class Cluster:
         old = self.get(resource, namespace, name)
         meta = old["metadata"]
         check_preconditions(resource, meta, options.get("preconditions") or {})
+        self.admit(resource, DELETE, None, old)
         policy = options.get("propagationPolicy") or "Background"
         if resource is self._namespaces:
             return self.namespaces.terminate(old), False
@@ -423,10 +474,20 @@ class Cluster:
                 deleted.append(last)
         return {**listed, "metadata": {"resourceVersion": str(self.storage.rv)}, "items": deleted}
 
-    def evict(self, namespace: str, name: str) -> None:
-        """The eviction subresource without disruption budgets: a plain pod delete."""
+    def evict(self, namespace: str, name: str, body: Any = None) -> None:
+        """The eviction subresource without disruption budgets: a plain pod delete, which
+        the admission policies see as the Eviction's create only (as the real one)."""
         pods = self.storage.registry.get("", "v1", "pods")
-        self.delete(pods, namespace, name, {})
+        eviction = {**(body if isinstance(body, dict) else {})}
+        eviction.update(apiVersion="policy/v1", kind="Eviction")
+        eviction["metadata"] = {**(eviction.get("metadata") or {}), "namespace": namespace}
+        eviction["metadata"].setdefault("name", name)
+        self.admit(pods, CREATE, eviction, None, name, EVICTION_KIND)
+        request, self.request = self.request, None
+        try:
+            self.delete(pods, namespace, name, {})
+        finally:
+            self.request = request
 
     def _removed(self, resource: ResourceType, obj: dict[str, Any]) -> None:
         """The storage let an object go: its dependents and its namespace may follow."""

@@ -109,6 +109,8 @@ class ApiError(Exception):
         self.reason = reason or REASONS.get(code, "Unknown")
         self.details = details
         self.retry_after = retry_after
+        self.warnings: list[str] = []
+        """`Warning` headers of the refused request (admission policies' Warn actions)."""
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dra_driver.objects.api_time import api_time
 
 from .errors import ApiError, not_found
+from .policy_matching import UPDATE
 from .registry import ResourceType
 from .store import MODIFIED
 from .write_checks import check_type, target
@@ -124,6 +125,7 @@ class NamespaceController:
         if finalizers:
             spec["finalizers"] = list(finalizers)
         new["spec"] = spec
+        self._cluster.admit(self._namespaces, UPDATE, new, old)
         if new == old:
             return old
         committed = self._cluster.commit(self._namespaces, new, old, MODIFIED)

@@ -15,6 +15,7 @@ from .rules import (
     validate_pod,
     validate_pod_status,
 )
+from .rules_admission import validate_binding, validate_policy
 from .rules_coordination import normalize_lease, validate_lease
 from .rules_events import validate_core_event, validate_event_v1
 from .rules_resource import validate_device_class
@@ -200,7 +201,13 @@ RESOURCES: tuple[ResourceType, ...] = (
         ADMISSION, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False
     ),
     ResourceType(
-        ADMISSION, "v1", "validatingadmissionpolicies", "ValidatingAdmissionPolicy", False, STATUS
+        ADMISSION,
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        False,
+        STATUS,
+        validate=validate_policy,
     ),
     ResourceType(
         ADMISSION,
@@ -208,6 +215,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         "validatingadmissionpolicybindings",
         "ValidatingAdmissionPolicyBinding",
         False,
+        validate=validate_binding,
     ),
     ResourceType(
         "",

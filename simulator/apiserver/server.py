@@ -5,6 +5,11 @@ Run it with `async with APIServer() as server:` inside a loop, or with
 real server, `pods/binding` answers a `Status` (201), which the official
 client's typed `create_namespaced_pod_binding` cannot deserialize into a
 V1Binding: call it with `_preload_content=False`.
+
+Each request is made by the user of its bearer token (authentication.py); a write
+passes the ValidatingAdmissionPolicies under that identity, and their warnings come
+back as `Warning` headers, as kube-apiserver sends them. `kubeconfig(token=...)`
+writes a client configuration for any issued token.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Any
 
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 
 from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
+from .admission_policies import RequestContext
 from .authentication import KUBECONFIG_TOKEN, TOKEN_REVIEWS_PATH, Tokens
 from .cluster import Cluster
 from .controllers import Controllers
@@ -62,15 +69,25 @@ def _dumps(obj: Any) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def _json_response(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_dumps(obj), status=status, content_type=_JSON)
+def _json_response(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+    headers = CIMultiDict(("Warning", w) for w in warnings) if warnings else None
+    return web.Response(body=_dumps(obj), status=status, content_type=_JSON, headers=headers)
 
 
 def _error_response(error: ApiError) -> web.Response:
-    headers = {"Retry-After": str(error.retry_after)} if error.retry_after else None
+    headers: CIMultiDict[str] = CIMultiDict(("Warning", w) for w in error.warnings)
+    if error.retry_after:
+        headers["Retry-After"] = str(error.retry_after)
     return web.Response(
         body=_dumps(error.status()), status=error.code, content_type=_JSON, headers=headers
     )
+
+
+def _bearer_token(request: web.Request) -> str | None:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
 
 
 def _deleted_status(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -166,12 +183,13 @@ class APIServer:
     ) -> None:
         await self.aclose()
 
-    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+    def kubeconfig(self, namespace: str = "default", token: str | None = None) -> dict[str, Any]:
+        """A client configuration for `token` (one `tokens` issued; default: the admin's)."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {"token": KUBECONFIG_TOKEN}}],
+            "users": [{"name": "emulator", "user": {"token": token or KUBECONFIG_TOKEN}}],
             "contexts": [
                 {
                     "name": "emulator",
@@ -182,9 +200,11 @@ class APIServer:
             "preferences": {},
         }
 
-    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+    def write_kubeconfig(
+        self, path: str | Path, namespace: str = "default", token: str | None = None
+    ) -> Path:
         target = Path(path)
-        target.write_text(yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False))
+        target.write_text(yaml.safe_dump(self.kubeconfig(namespace, token), sort_keys=False))
         return target
 
     def _drop_watches(self, pattern: re.Pattern[str] | None) -> int:
@@ -319,18 +339,26 @@ class APIServer:
         return labels, fields
 
     @contextmanager
-    def _dry_run(
-        self, request: web.Request, options_kind: str, extra: Any = None
-    ) -> Iterator[None]:
-        """Run the enclosed cluster call as `dryRun=All` when asked (one sync call: no await)."""
+    def _write(
+        self, request: web.Request, options_kind: str, subresource: str = "", extra: Any = None
+    ) -> Iterator[RequestContext]:
+        """Run the enclosed cluster call (one sync call: no await) as the request's user,
+        as `dryRun=All` when asked; its admission warnings go with an error too."""
         values = list(request.query.getall("dryRun", []))
         if isinstance(extra, list):
             values += [str(v) for v in extra]
-        self.cluster.dry_run = check_dry_run(values, options_kind)
+        cluster = self.cluster
+        cluster.dry_run = check_dry_run(values, options_kind)
+        context = RequestContext(self.tokens.user(_bearer_token(request)), subresource)
+        cluster.request = context
         try:
-            yield
+            yield context
+        except ApiError as error:
+            error.warnings = context.warnings + error.warnings
+            raise
         finally:
-            self.cluster.dry_run = False
+            cluster.dry_run = False
+            cluster.request = None
 
     async def _collection(
         self, request: web.Request, resource: ResourceType, namespace: str | None
@@ -365,17 +393,17 @@ class APIServer:
                 raise method_not_allowed(method)
             body = await self._body(request)
             manager = query.get("fieldManager", "")
-            with self._dry_run(request, "CreateOptions"):
+            with self._write(request, "CreateOptions") as context:
                 created = self.cluster.create(resource, namespace or "", body, manager)
-            return _json_response(created, 201)
+            return _json_response(created, 201, context.warnings)
         if method == "DELETE":
             labels, fields = self._selectors(resource, query)
             options = await self._delete_options(request)
-            with self._dry_run(request, "DeleteOptions", options.get("dryRun")):
+            with self._write(request, "DeleteOptions", "", options.get("dryRun")) as context:
                 deleted = self.cluster.delete_collection(
                     resource, namespace, labels, fields, options
                 )
-            return _json_response(deleted)
+            return _json_response(deleted, 200, context.warnings)
         raise method_not_allowed(method)
 
     async def _delete_options(self, request: web.Request) -> dict[str, Any]:
@@ -415,32 +443,33 @@ class APIServer:
             if method != "POST":
                 raise method_not_allowed(method)
             body = await self._body(request)
-            with self._dry_run(request, "CreateOptions"):
+            with self._write(request, "CreateOptions", subresource) as context:
                 if subresource == "binding":
                     cluster.bind(namespace, name, body)
                 else:
-                    cluster.evict(namespace, name)
-            return _json_response(_CREATED, 201)
+                    cluster.evict(namespace, name, body)
+            return _json_response(_CREATED, 201, context.warnings)
         if subresource == "finalize":
             if method != "PUT":
                 raise method_not_allowed(method)
             body = await self._body(request)
-            with self._dry_run(request, "UpdateOptions"):
-                return _json_response(cluster.namespaces.finalize(name, body))
+            with self._write(request, "UpdateOptions", subresource) as context:
+                finalized = cluster.namespaces.finalize(name, body)
+            return _json_response(finalized, 200, context.warnings)
         if method == "GET":
             return _json_response(cluster.get(resource, namespace, name))
         if method == "PUT":
             body = await self._body(request)
             creating = not subresource and not cluster.exists(resource, namespace, name)
             manager = request.query.get("fieldManager", "")
-            with self._dry_run(request, "UpdateOptions"):
+            with self._write(request, "UpdateOptions", subresource) as context:
                 stored = cluster.update(resource, namespace, name, body, subresource, manager)
-            return _json_response(stored, 201 if creating else 200)
+            return _json_response(stored, 201 if creating else 200, context.warnings)
         if method == "PATCH":
             body = await self._body(request)
             creating = not subresource and not cluster.exists(resource, namespace, name)
             query = request.query
-            with self._dry_run(request, "PatchOptions"):
+            with self._write(request, "PatchOptions", subresource) as context:
                 patched = cluster.patch(
                     resource,
                     namespace,
@@ -451,14 +480,14 @@ class APIServer:
                     query.get("fieldManager", ""),
                     query.get("force") in _TRUE,
                 )
-            return _json_response(patched, 201 if creating else 200)
+            return _json_response(patched, 201 if creating else 200, context.warnings)
         if method == "DELETE" and not subresource:
             options = await self._delete_options(request)
-            with self._dry_run(request, "DeleteOptions", options.get("dryRun")):
+            with self._write(request, "DeleteOptions", "", options.get("dryRun")) as context:
                 last, gone = cluster.delete(resource, namespace, name, options)
             if gone and not resource.graceful_deletion:
-                return _json_response(_deleted_status(resource, last))
-            return _json_response(last)
+                return _json_response(_deleted_status(resource, last), 200, context.warnings)
+            return _json_response(last, 200, context.warnings)
         raise method_not_allowed(method)
 
     # ---- watch -----------------------------------------------------------------
