@@ -153,6 +153,7 @@ async def test_privileged_sidecar_of_a_gpu_pod_is_denied(cluster) -> None:
     [
         ("env", [{"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "value": "80g"}], "env[0]"),
         ("env", [{"name": "CUDA_DISABLE_CONTROL", "value": "true"}], "env[0]"),
+        ("env", [{"name": "CUDA_REDIRECT", "value": "/tmp/passthrough.so"}], "env[0]"),
         ("envFrom", [{"configMapRef": {"name": "limits"}}], "envFrom[0]"),
         ("volumeMounts", [{"name": "h", "mountPath": "/etc/ld.so.preload"}], "volumeMounts[0]"),
     ],

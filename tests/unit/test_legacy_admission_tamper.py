@@ -59,6 +59,7 @@ def admitted(
         {"name": "CUDA_DEVICE_SM_LIMIT", "value": "100"},
         {"name": "CUDA_DEVICE_SM_LIMIT_3", "value": "100"},
         {"name": "CUDA_DEVICE_MEMORY_SHARED_CACHE", "value": "/tmp/mine.cache"},
+        {"name": "CUDA_REDIRECT", "value": "/tmp/passthrough.so"},
         {"name": "CUDA_DISABLE_CONTROL", "value": "true"},
         {"name": "GPU_CORE_UTILIZATION_POLICY", "value": "disable"},
         {"name": "CUDA_DEVICE_MEMORY_LIMIT_0", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
@@ -99,7 +100,7 @@ def test_opt_out_namespace_may_turn_enforcement_off_but_not_lift_limits() -> Non
 
 
 @pytest.mark.parametrize(
-    "prefix", [None, "", "CUDA_", "CUDA_DEVICE_", "CUDA_DEVICE_SM_LIMIT_", "LD_"]
+    "prefix", [None, "", "CUDA_", "CUDA_DEVICE_", "CUDA_DEVICE_SM_LIMIT_", "CUDA_RE", "LD_"]
 )
 def test_env_from_that_could_spell_a_hami_core_variable_is_refused(prefix: str | None) -> None:
     source: dict[str, Any] = {"configMapRef": {"name": "limits"}}
@@ -109,6 +110,17 @@ def test_env_from_that_could_spell_a_hami_core_variable_is_refused(prefix: str |
     assert message.startswith(
         f"container app: spec.containers[0].envFrom[1] (prefix {prefix or ''!r})"
     )
+
+
+def test_cuda_redirect_is_refused_even_where_opt_outs_are_allowed() -> None:
+    """CUDA_REDIRECT names the library libvgpu loads for its dlsym override; the device
+    plugin sets it to libvgpu's container path, and the container's value would win."""
+    redirect = {"name": "CUDA_REDIRECT", "value": LIBRARY}
+    message = refused(pod(gpu(env=[redirect])), "trusted", OPT_OUT)
+    assert message.startswith("container cuda: spec.containers[0].env[0] (CUDA_REDIRECT)")
+    assert "is set by the device plugin" in message
+    source = {"prefix": "CUDA_REDIREC", "configMapRef": {"name": "c"}}
+    refused(pod(gpu(envFrom=[source])), "trusted", OPT_OUT)
 
 
 def test_env_from_core_policy_prefix_only_in_an_opt_out_namespace() -> None:
