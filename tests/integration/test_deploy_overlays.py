@@ -197,6 +197,83 @@ def test_cert_manager_component_injects_the_ca_of_the_serving_certificate(tmp_pa
     assert annotation == f"{NAMESPACE}/vgpu-legacy-scheduler"
 
 
+def _flag(args: list[str], name: str) -> str:
+    (value,) = [arg.split("=", 1)[1] for arg in args if arg.startswith(f"{name}=")]
+    return value
+
+
+def _mounted_secret_file(pod: dict[str, Any], container: str, path: str) -> tuple[str, str]:
+    """The (Secret, key) that `path` inside `container` of `pod` is read from."""
+    (spec,) = [c for c in pod["containers"] if c["name"] == container]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for mount in spec["volumeMounts"]:
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(prefix) or "secret" not in volumes[mount["name"]]:
+            continue
+        secret = volumes[mount["name"]]["secret"]
+        relative = path.removeprefix(prefix)
+        items = {i["path"]: i["key"] for i in secret.get("items", [])} or {relative: relative}
+        return secret["secretName"], items[relative]
+    raise AssertionError(f"{path} is not on a Secret volume of {container}")
+
+
+def test_kube_scheduler_presents_a_client_certificate_the_scheduler_allows(
+    tmp_path: Path,
+) -> None:
+    """The second kube-scheduler sends a client certificate from a Secret that both
+    certificate paths issue, with the CN the legacy scheduler lets into /filter and /bind,
+    signed by the CA in the file the scheduler checks client certificates against."""
+    legacy = render("legacy")
+    config = yaml.safe_load(
+        find(legacy, "ConfigMap", "vgpu-kube-scheduler-config")["data"]["config.yaml"]
+    )
+    (extender,) = config["extenders"]
+    tls = extender["tlsConfig"]
+    kube_scheduler = find(legacy, "Deployment", "vgpu-kube-scheduler")["spec"]["template"]["spec"]
+    cert = _mounted_secret_file(kube_scheduler, "kube-scheduler", tls["certFile"])
+    key = _mounted_secret_file(kube_scheduler, "kube-scheduler", tls["keyFile"])
+    client_secret = cert[0]
+    assert (cert, key) == ((client_secret, "tls.crt"), (client_secret, "tls.key"))
+    serving_ca = _mounted_secret_file(kube_scheduler, "kube-scheduler", tls["caFile"])
+    # certs-job: the Job writes that Secret, with a CN, from the serving Secret's CA.
+    job_args = _args(find(legacy, "Job", "vgpu-certs"), "certs")
+    assert _flag(job_args, "--client-secret") == client_secret
+    common_name = _flag(job_args, "--client-name")
+    assert serving_ca == (_flag(job_args, "--secret"), "ca.crt")
+    # cert-manager: a Certificate for the same Secret and CN from the serving one's Issuer.
+    managed = render_components(tmp_path, ("legacy", "legacy-scheduler", "cert-manager"))
+    (client_certificate,) = [
+        o
+        for o in managed
+        if o["kind"] == "Certificate" and o["spec"]["secretName"] == client_secret
+    ]
+    spec = client_certificate["spec"]
+    assert spec["commonName"] == common_name
+    assert set(spec["usages"]) == {"client auth", "digital signature"}
+    serving_certificate = find(managed, "Certificate", "vgpu-legacy-scheduler")["spec"]
+    assert spec["issuerRef"] == serving_certificate["issuerRef"]
+    assert serving_certificate["secretName"] == serving_ca[0]
+    # The legacy scheduler authenticates, trusts that CA and allows that CN.
+    scheduler = find(legacy, "Deployment", "vgpu-legacy-scheduler")
+    args = _args(scheduler, "scheduler")
+    pod = scheduler["spec"]["template"]["spec"]
+    assert _mounted_secret_file(pod, "scheduler", _flag(args, "--client-ca-file")) == serving_ca
+    assert common_name in _flag(args, "--allowed-callers").split(",")
+    assert "--no-authenticate-callers" not in args
+
+
+def test_no_workload_turns_caller_authentication_off(tmp_path: Path) -> None:
+    for variant, objects in _variants(tmp_path).items():
+        for workload in (o for o in objects if o["kind"] in WORKLOADS):
+            pod = workload["spec"]["template"]["spec"]
+            for container in pod.get("initContainers", []) + pod["containers"]:
+                argv = container.get("args", []) + container.get("command", [])
+                env = {e["name"]: e.get("value") for e in container.get("env", [])}
+                where = f"{variant}: {workload['metadata']['name']}/{container['name']}"
+                assert "--no-authenticate-callers" not in argv, where
+                assert env.get("AUTHENTICATE_CALLERS", "true") == "true", where
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_workload_runs_as_a_bound_service_account(overlay: str) -> None:
     objects = render(overlay)

@@ -168,3 +168,20 @@ def test_every_audited_service_account_has_roles_in_deploy() -> None:
     }
     (owner,) = set(REQUIRED_NOT_OBSERVABLE.values())
     assert set(REQUIRED_NOT_OBSERVABLE) <= granted[COMPONENTS[owner]]
+
+
+def test_the_certs_job_reads_and_replaces_only_the_secrets_it_names() -> None:
+    """Always runs: the Secrets `vgpu-certs` may get and update are exactly the serving
+    and client Secrets its Job's flags name; only create (which RBAC cannot limit by
+    name) is namespace-wide."""
+    docs = _documents()
+    (job,) = [d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == "vgpu-certs"]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    flags = dict(arg.split("=", 1) for arg in container["args"] if arg.startswith("--"))
+    named = {flags["--secret"], flags["--client-secret"]}
+    (role,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "vgpu-certs"]
+    secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
+    by_name = {
+        verb: set(r.get("resourceNames", ["*"])) for r in secret_rules for verb in r["verbs"]
+    }
+    assert by_name == {"get": named, "update": named, "create": {"*"}}
