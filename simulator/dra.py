@@ -27,7 +27,9 @@ from dra_driver.kube.rest import KubeClient
 from dra_driver.process.runtime import cancel_and_wait
 from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
+from simulator.identities import CONTROLLER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, Identities
 from simulator.nodes import SimNode, start_node, stop_nodes
+from simulator.policies import install_policies
 from simulator.settings import Mode, SimulationSettings
 from simulator.standins.claim_templates import ClaimTemplateController
 from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
@@ -40,9 +42,11 @@ CONTROLLER_RETRY_S = 0.2
 
 @dataclass
 class DraCluster:
-    """What is running; `nodes` in order, for the report."""
+    """What is running; `nodes` in order, for the report. `client` is the administrator's
+    (workloads, the report); each component runs as its own identity."""
 
     client: KubeClient
+    identities: Identities
     nodes: list[SimNode] = field(default_factory=list)
     controller: Controller | None = None
 
@@ -51,25 +55,31 @@ class DraCluster:
 async def dra_cluster(
     settings: SimulationSettings, root: Path, on_step: Any = None
 ) -> AsyncIterator[DraCluster]:
-    """Start everything, yield the running cluster, stop everything in reverse order."""
+    """Start everything, yield the running cluster, stop everything in reverse order.
+
+    The mode's admission policies from deploy/ are in place before any component starts."""
     step = on_step or (lambda text: None)
     async with APIServer() as server:
-        kubeconfig = server.write_kubeconfig(root / "kubeconfig")
-        client = await KubeClient.from_kubeconfig(kubeconfig)
-        cluster = DraCluster(client)
+        client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
+        identities = Identities(server, root / "identities")
+        cluster = DraCluster(client, identities)
         tasks: list[asyncio.Task[None]] = []
         stop = asyncio.Event()
-        sync_client = sync_config.new_client_from_config(config_file=str(kubeconfig))
-        templates = ClaimTemplateController(client)
+        sync_client = sync_config.new_client_from_config(
+            config_file=str(identities.kubeconfig(KUBE_SCHEDULER))
+        )
+        templates = ClaimTemplateController(await identities.client(KUBE_CONTROLLER_MANAGER))
         recorder: EventRecorder | None = None
         try:
+            step("installing the admission policies")
+            await install_policies(client, settings.mode.value)
             for device_class in device_classes():
                 await client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
             controller_allocated = settings.mode is Mode.DRA
             for index in range(settings.shape.nodes):
                 step(f"starting kubelet plugin on {settings.shape.node_name(index)}")
                 node = await start_node(
-                    client,
+                    identities,
                     settings.shape,
                     index,
                     root / settings.shape.node_name(index),
@@ -89,10 +99,13 @@ async def dra_cluster(
             tasks.append(asyncio.create_task(scheduler.run(stop), name="kube-scheduler"))
             if controller_allocated:
                 step("starting the controller")
-                recorder = EventRecorder(client, EventSettings(component="vgpu-dra-controller"))
+                controller_client = await identities.client(CONTROLLER)
+                recorder = EventRecorder(
+                    controller_client, EventSettings(component="vgpu-dra-controller")
+                )
                 recorder.start()
                 cluster.controller = Controller(
-                    client,
+                    controller_client,
                     ControllerSettings(
                         gpu_policy=settings.gpu_policy,
                         node_policy=settings.node_policy,
@@ -111,5 +124,6 @@ async def dra_cluster(
                 await recorder.aclose()
             await templates.aclose()
             await stop_nodes(cluster.nodes)
+            await identities.aclose()
             await client.aclose()
             await asyncio.to_thread(sync_client.close)

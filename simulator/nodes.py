@@ -20,6 +20,7 @@ from dra_driver.kube.rest import KubeClient
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
+from simulator.identities import Identities, kubelet, kubelet_plugin
 from simulator.settings import ClusterShape
 from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
 from simulator.standins.kubelet_pods import KubeletPods
@@ -119,14 +120,15 @@ class SimNode:
 
 
 async def start_node(
-    client: KubeClient,
+    identities: Identities,
     shape: ClusterShape,
     index: int,
     root: Path,
     *,
     controller_allocated: bool,
 ) -> SimNode:
-    """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`."""
+    """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`,
+    each under the identity deploy/ gives it (the plugin's token bound to the node)."""
     name = shape.node_name(index)
     root.mkdir(parents=True)
     (root / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(shape, index)))
@@ -144,15 +146,17 @@ async def start_node(
         mock_gpus=root / "gpus.yaml",
         libvgpu=install_libvgpu_files(root),
     )
-    await register_node(client, name)
-    plugin = KubeletPlugin(settings, client, open_backend(settings), CollectorRegistry())
+    node_client = await identities.client(kubelet(name))
+    await register_node(node_client, name)
+    plugin_client = await identities.client(kubelet_plugin(name))
+    plugin = KubeletPlugin(settings, plugin_client, open_backend(settings), CollectorRegistry())
     await plugin.start()
-    kubelet = KubeletDRA(KubeletDRASettings(name, settings.registry_dir), None)
-    await kubelet.start()
-    await kubelet.wait_registered(settings.driver)
-    pods = KubeletPods(client, kubelet, name)
+    kubelet_dra = KubeletDRA(KubeletDRASettings(name, settings.registry_dir), None)
+    await kubelet_dra.start()
+    await kubelet_dra.wait_registered(settings.driver)
+    pods = KubeletPods(node_client, kubelet_dra, name)
     await pods.start()
-    return SimNode(name, settings, plugin, kubelet, pods)
+    return SimNode(name, settings, plugin, kubelet_dra, pods)
 
 
 async def stop_nodes(nodes: Sequence[SimNode]) -> None:

@@ -29,7 +29,7 @@ from simulator.report import (
     spec_files,
 )
 from simulator.settings import Mode, SimulationSettings, work_root
-from simulator.workloads import Workload, apply_workloads, load_workloads
+from simulator.workloads import Workload, apply_workloads, load_scenario
 
 SETTLE_POLL_S = 0.1
 PIPED_WIDTH = 160
@@ -154,7 +154,10 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
         simulation = simulate_legacy
     else:
         simulation = simulate
-    workloads = load_workloads(settings.workload_files())
+    scenario = load_scenario(
+        settings.workload_files(), settings.mode.value, tuple(mode.value for mode in Mode)
+    )
+    workloads = scenario.workloads
     errors = Console(file=sys.stderr)
     with Progress(
         SpinnerColumn(),

@@ -1,4 +1,10 @@
-"""User workloads: YAML documents read from files and created in dependency order."""
+"""User workloads: YAML documents read from files and created in dependency order.
+
+A scenario also holds tamper attempts (`attempts.py`), kept apart and run once
+the workloads have settled; a document marked for some modes only
+(`simulate.vgpu.hami.io/modes`) is left out of the others, so one scenario
+serves `--mode dra` and `--mode legacy`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,8 @@ from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.resource_api import RESOURCE_API
 from dra_driver.objects.yaml_files import read_yaml_documents
+from simulator import attempts
+from simulator.attempts import TamperAttempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +40,7 @@ KINDS: Mapping[str, Kind] = {
     "ResourceClaim": Kind(
         "resource.k8s.io/v1", f"{RESOURCE_API}/namespaces/{{namespace}}/resourceclaims", 4
     ),
+    "ConfigMap": Kind("v1", "/api/v1/namespaces/{namespace}/configmaps", 3),
     "Pod": Kind("v1", "/api/v1/namespaces/{namespace}/pods", 5),
 }
 
@@ -55,28 +64,54 @@ class Workload:
         return (self.body.get("metadata") or {}).get("namespace")
 
 
-def load_workloads(paths: Iterable[Path]) -> list[Workload]:
-    """Every document of every file, checked for a kind the simulator knows, in apply order."""
-    workloads = []
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    workloads: list[Workload]
+    """In apply order."""
+    attempts: list[TamperAttempt]
+    """In document order: each may build on the ones before."""
+
+
+def scenario_files(paths: Iterable[Path]) -> list[Path]:
+    """The files themselves, and for a directory its `*.yaml` files in name order."""
+    files = []
     for path in paths:
+        files.extend(sorted(path.glob("*.yaml")) if path.is_dir() else [path])
+    return files
+
+
+def load_scenario(paths: Iterable[Path], mode: str, modes: tuple[str, ...]) -> Scenario:
+    """Every document of every file (directories: their *.yaml) that applies to `mode`,
+    checked for a kind the simulator knows; workloads in apply order."""
+    workloads, tampering = [], []
+    for path in scenario_files(paths):
         for position, document in enumerate(read_yaml_documents(path)):
             if document is None:
                 continue
             source = f"{path}#{position}"
             if not isinstance(document, dict):
                 raise InvalidParameterError(source, "a document must be a Kubernetes object")
-            kind = document.get("kind")
-            if kind not in KINDS:
-                raise InvalidParameterError(
-                    f"{source}: kind", f"{kind!r} is not one of {', '.join(KINDS)}"
-                )
-            if document.get("apiVersion") != KINDS[kind].api_version:
-                raise InvalidParameterError(
-                    f"{source}: apiVersion",
-                    f"{kind} needs apiVersion {KINDS[kind].api_version}",
-                )
-            workloads.append(Workload(source, document))
-    return sorted(workloads, key=lambda w: KINDS[w.kind].order)
+            if mode not in attempts.document_modes(document, source, modes):
+                continue
+            if document.get("kind") == attempts.KIND:
+                tampering.append(attempts.parse_attempt(document, source))
+            else:
+                workloads.append(_workload(document, source))
+    return Scenario(sorted(workloads, key=lambda w: KINDS[w.kind].order), tampering)
+
+
+def _workload(document: dict[str, Any], source: str) -> Workload:
+    kind = document.get("kind")
+    if kind not in KINDS:
+        raise InvalidParameterError(
+            f"{source}: kind", f"{kind!r} is not one of {', '.join([*KINDS, attempts.KIND])}"
+        )
+    if document.get("apiVersion") != KINDS[kind].api_version:
+        raise InvalidParameterError(
+            f"{source}: apiVersion",
+            f"{kind} needs apiVersion {KINDS[kind].api_version}",
+        )
+    return Workload(source, document)
 
 
 async def apply_workloads(
