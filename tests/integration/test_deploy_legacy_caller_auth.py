@@ -8,20 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import ssl
-from dataclasses import replace
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
 import yaml
-from deploy_manifests import NAMESPACE, find, render
+from deploy_manifests import NAMESPACE, find, render, render_components
 
 from controller.legacy.command import settings_from_args
 from controller.legacy.server import LegacyServer
 from dra_driver.cli import build_parser, main
 from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.tls.bundle import issue_serving_and_client
 from dra_driver.tls.certs import WEBHOOKS
 from simulator.apiserver import APIServer
 
@@ -80,56 +84,118 @@ def _local_args(args: list[str], mounted: dict[str, Path]) -> list[str]:
     return localised
 
 
-async def _status(url: str, host: str, context: ssl.SSLContext) -> int:
-    """POST a body that is not JSON: 400 means the caller got through to the handler."""
-    async with (
-        aiohttp.ClientSession() as session,
-        session.post(url, data=b"{", ssl=context, server_hostname=host) as response,
-    ):
-        return response.status
+@dataclass(frozen=True)
+class Deployed:
+    """The legacy scheduler serving as rendered, and how kube-scheduler reaches it."""
+
+    url: str
+    host: str
+    verbs: tuple[str, str]
+    ca_file: str
+    """What kube-scheduler's tlsConfig.caFile holds: the serving certificate's CA."""
+    as_kube_scheduler: ssl.SSLContext
+
+    @property
+    def anonymous(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.ca_file)
+
+    def caller(self, cert: Path, key: Path) -> ssl.SSLContext:
+        context = self.anonymous
+        context.load_cert_chain(cert, key)
+        return context
+
+    async def status(self, path: str, context: ssl.SSLContext) -> int:
+        """POST a body that is not JSON: 400 means the caller got through to the handler."""
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{self.url}{path}", data=b"{", ssl=context, server_hostname=self.host
+            ) as response,
+        ):
+            return response.status
 
 
-async def test_the_rendered_legacy_deploy_lets_in_kube_scheduler_only(tmp_path: Path) -> None:
-    legacy = render("legacy")
+@asynccontextmanager
+async def deployed(objects: list[dict[str, Any]], tmp_path: Path) -> AsyncIterator[Deployed]:
+    """Run the certs Job's command with its flags against the emulator, then the legacy
+    scheduler with its rendered flags over the files its volumes would hold."""
     async with APIServer() as apiserver:
         kubeconfig = apiserver.write_kubeconfig(tmp_path / "kubeconfig")
         client = await KubeClient.from_kubeconfig(kubeconfig)
         try:
             await client.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-            webhook = find(legacy, "MutatingWebhookConfiguration", "vgpu-legacy-webhook")
+            webhook = find(objects, "MutatingWebhookConfiguration", "vgpu-legacy-webhook")
             await client.create(WEBHOOKS, webhook)
-            job_args = _container(find(legacy, "Job", "vgpu-certs"), "certs")["args"]
+            job_args = _container(find(objects, "Job", "vgpu-certs"), "certs")["args"]
             certs = [*job_args, "--kubeconfig", str(kubeconfig)]
             assert await asyncio.to_thread(main, certs) == 0
 
-            deployment = find(legacy, "Deployment", "vgpu-legacy-scheduler")
+            deployment = find(objects, "Deployment", "vgpu-legacy-scheduler")
             mounted = await _volume_files(
-                client, legacy, deployment, "scheduler", tmp_path / "scheduler"
+                client, objects, deployment, "scheduler", tmp_path / "scheduler"
             )
             args = _local_args(_container(deployment, "scheduler")["args"], mounted)
             parsed = build_parser().parse_args([*args, "--kubeconfig", str(kubeconfig)])
             settings, serve = settings_from_args(parsed)
             serve = replace(serve, host="127.0.0.1", port=0)
 
-            kube_scheduler = find(legacy, "Deployment", "vgpu-kube-scheduler")
+            kube_scheduler = find(objects, "Deployment", "vgpu-kube-scheduler")
             its_files = await _volume_files(
-                client, legacy, kube_scheduler, "kube-scheduler", tmp_path / "kube-scheduler"
+                client, objects, kube_scheduler, "kube-scheduler", tmp_path / "kube-scheduler"
             )
-            config_map = find(legacy, "ConfigMap", "vgpu-kube-scheduler-config")
+            config_map = find(objects, "ConfigMap", "vgpu-kube-scheduler-config")
             (extender,) = yaml.safe_load(config_map["data"]["config.yaml"])["extenders"]
             tls = {k: _local(v, its_files) for k, v in extender["tlsConfig"].items()}
             host = urlparse(extender["urlPrefix"]).hostname
             assert host is not None
             as_kube_scheduler = ssl.create_default_context(cafile=tls["caFile"])
             as_kube_scheduler.load_cert_chain(tls["certFile"], tls["keyFile"])
-            anonymous = ssl.create_default_context(cafile=tls["caFile"])
-
             async with LegacyServer(client, settings, serve) as server:
-                url = f"https://127.0.0.1:{server.port}"
-                for verb in (extender["filterVerb"], extender["bindVerb"]):
-                    assert await _status(f"{url}/{verb}", host, as_kube_scheduler) == 400
-                    assert await _status(f"{url}/{verb}", host, anonymous) == 401
-                # The shipped default leaves /webhook open (docs/security.md says why).
-                assert await _status(f"{url}/webhook", host, anonymous) == 400
+                yield Deployed(
+                    url=f"https://127.0.0.1:{server.port}",
+                    host=host,
+                    verbs=(extender["filterVerb"], extender["bindVerb"]),
+                    ca_file=tls["caFile"],
+                    as_kube_scheduler=as_kube_scheduler,
+                )
         finally:
             await client.aclose()
+
+
+async def test_the_rendered_legacy_deploy_lets_in_kube_scheduler_only(tmp_path: Path) -> None:
+    async with deployed(render("legacy"), tmp_path) as scheduler:
+        for verb in scheduler.verbs:
+            assert await scheduler.status(f"/{verb}", scheduler.as_kube_scheduler) == 400
+            assert await scheduler.status(f"/{verb}", scheduler.anonymous) == 401
+        # The shipped default leaves /webhook open (docs/security.md says why).
+        assert await scheduler.status("/webhook", scheduler.anonymous) == 400
+
+
+async def test_the_webhook_auth_component_lets_in_the_api_servers_certificate_only(
+    tmp_path: Path,
+) -> None:
+    """deploy/components/legacy-webhook-auth on a kubeadm-like cluster: kube-root-ca.crt
+    holds the cluster CA that signed the API server's apiserver-kubelet-client.crt."""
+    objects = render_components(
+        tmp_path, ("legacy", "legacy-scheduler", "certs-job", "legacy-webhook-auth")
+    )
+    now, hour = dt.datetime.now(dt.UTC), dt.timedelta(hours=1)
+    _, apiserver = issue_serving_and_client(
+        ("cluster.invalid",), "kube-apiserver-kubelet-client", now, hour
+    )
+    objects.append(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kube-root-ca.crt", "namespace": NAMESPACE},
+            "data": {"ca.crt": apiserver.ca_cert.decode()},
+        }
+    )
+    (tmp_path / "apiserver.crt").write_bytes(apiserver.cert)
+    (tmp_path / "apiserver.key").write_bytes(apiserver.key)
+    async with deployed(objects, tmp_path) as scheduler:
+        as_apiserver = scheduler.caller(tmp_path / "apiserver.crt", tmp_path / "apiserver.key")
+        assert await scheduler.status("/webhook", as_apiserver) == 400
+        assert await scheduler.status("/webhook", scheduler.as_kube_scheduler) == 403
+        assert await scheduler.status("/bind", as_apiserver) == 403
+        assert await scheduler.status("/bind", scheduler.as_kube_scheduler) == 400

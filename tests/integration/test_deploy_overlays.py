@@ -37,6 +37,11 @@ def _variants(tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
     variants["legacy+cert-manager+servicemonitor"] = render_components(
         tmp_path, ("legacy", "legacy-scheduler", "cert-manager", "monitor-servicemonitor")
     )
+    (tmp_path / "webhook-auth").mkdir()
+    variants["legacy+webhook-auth"] = render_components(
+        tmp_path / "webhook-auth",
+        ("legacy", "legacy-scheduler", "certs-job", "legacy-webhook-auth"),
+    )
     return variants
 
 
