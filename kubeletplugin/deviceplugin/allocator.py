@@ -9,6 +9,12 @@ container emptied; `hami.io/bind-phase` success once no container is left)
 and release the lock.
 Any failure after the pod is known marks it `failed` and releases the lock,
 so the node is not held for a pod kubelet has already rejected.
+
+Every refusal is also a Warning Event (`VGPUAllocationRefused`, the message
+kubelet gets): on the pod being served when there is one (a forged or stale
+allocation, a missing libvgpu file), else on the node (no lock, a lock naming
+no pod, or a lock holder not bound here, when the pod kubelet is admitting is
+unknown), so a refusal is seen where `kubectl describe` looks, not only in the log.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from api.hami_annotations import BIND_PHASE, VGPU_DEVICES_TO_ALLOCATE, BindPhase
 from dra_driver.errors import DriverError
+from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
 from kubeletplugin.deviceplugin.allocation import (
@@ -48,6 +55,7 @@ from libvgpu.settings import LibvgpuPaths
 log = logging.getLogger(__name__)
 
 NODES = "/api/v1/nodes"
+EVENT_REASON_REFUSED = "VGPUAllocationRefused"
 
 
 def pod_path(ref: PodRef) -> str:
@@ -63,6 +71,7 @@ class PodAllocator:
         sharing: Callable[[], SliceSettings],
         libvgpu: LibvgpuPaths,
         cache_dirs: CacheDirSettings,
+        events: EventRecorder,
         *,
         disable_core_limit: bool = False,
         locker: NodeLocker | None = None,
@@ -73,6 +82,7 @@ class PodAllocator:
         self.sharing = sharing
         self.libvgpu = libvgpu
         self.cache_dirs = cache_dirs
+        self.events = events
         self.disable_core_limit = disable_core_limit
         self.locker = locker or NodeLocker(client)
         self._serial = asyncio.Lock()
@@ -80,19 +90,29 @@ class PodAllocator:
     async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits:
         """The edits for kubelet's next container request; AllocateError says why not."""
         async with self._serial:
-            ref = lock_holder(await self._node())
-            pod = await self._pod(ref)
-            require_bound(pod, self.node_name)
+            node = await self._node()
+            try:
+                ref = lock_holder(node)
+                pod = await self._pod(ref)
+                require_bound(pod, self.node_name)
+            except AllocateError as error:
+                self._refused(involved_object(node, "Node", "v1"), error)
+                raise
             try:
                 grant = next_container(pod, self.node_name, len(device_ids))
                 require_registered(grant, registered_devices(self.gpus(), self.sharing()))
                 edits = await asyncio.to_thread(self._prepare, grant)
                 await self._record(grant)
             except DriverError as error:
-                await self._fail(ref, pod, error)
-                if isinstance(error, AllocateError):
+                refusal = (
+                    error
+                    if isinstance(error, AllocateError)
+                    else AllocateError(f"pod {ref}: {error}")
+                )
+                await self._fail(ref, pod, refusal)
+                if refusal is error:
                     raise
-                raise AllocateError(f"pod {ref}: {error}") from error
+                raise refusal from error
             self._note_kubelet_choice(grant, device_ids)
             log.info(
                 "allocated",
@@ -141,10 +161,16 @@ class PodAllocator:
         if grant.finished:
             await self._release(grant.pod)
 
-    async def _fail(self, ref: PodRef, pod: Mapping[str, Any], cause: DriverError) -> None:
-        """Mark a pod that was being allocated `failed`; a pod already past allocation
-        keeps its phase. Either way the lock it still holds is released."""
+    def _refused(self, reference: dict[str, Any], refusal: AllocateError) -> None:
+        """The refusal as a Warning Event on `reference`, written in the background."""
+        self.events.emit(reference, WARNING, EVENT_REASON_REFUSED, str(refusal))
+
+    async def _fail(self, ref: PodRef, pod: Mapping[str, Any], cause: AllocateError) -> None:
+        """Tell the pod why (an Event), and mark it `failed` if it was being allocated; a
+        pod already past allocation keeps its phase. Either way the lock it still holds
+        is released."""
         log.warning("allocation failed", extra={"pod": str(ref), "error": str(cause)})
+        self._refused(involved_object(pod, "Pod", "v1"), cause)
         phase = ((pod.get("metadata") or {}).get("annotations") or {}).get(BIND_PHASE)
         if phase != BindPhase.ALLOCATING:
             await self._release(ref)

@@ -36,6 +36,7 @@ from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from api.hami_annotations import NODE_NVIDIA_REGISTER, NODE_NVIDIA_SCORE
 from dra_driver.errors import DriverError
+from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from dra_driver.process.runtime import cancel_and_wait, wait_event
@@ -59,6 +60,7 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 SOCKET_MODE = 0o600
+EVENT_COMPONENT = "vgpu-device-plugin"
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,9 @@ class DevicePlugin:
         self.gpus: Sequence[GpuInfo] = ()
         self.sharing = settings.sharing
         self.board = DeviceBoard()
+        self.events = EventRecorder(
+            client, EventSettings(component=EVENT_COMPONENT, instance=settings.node_name)
+        )
         self.allocator = PodAllocator(
             client,
             settings.node_name,
@@ -123,6 +128,7 @@ class DevicePlugin:
             lambda: self.sharing,
             settings.libvgpu,
             settings.cache_dirs,
+            self.events,
             disable_core_limit=settings.disable_core_limit,
         )
         self.registrations = 0
@@ -137,6 +143,7 @@ class DevicePlugin:
 
     async def start(self) -> None:
         try:
+            self.events.start()
             await self.refresh_devices()
             await self._serve()
             await self._try_register()
@@ -160,6 +167,7 @@ class DevicePlugin:
         await cancel_and_wait(self._tasks)
         self._tasks = []
         await self._stop_server()
+        await self.events.aclose()
 
     async def __aenter__(self) -> DevicePlugin:
         await self.start()

@@ -23,6 +23,7 @@ from api.hami_annotations import (
 )
 from api.quantity import MIB
 from kubeletplugin.claim_layout import build_claim_edits, plan_views
+from kubeletplugin.deviceplugin.plugin import DevicePlugin
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.prepare_plan import ClaimPlan, DeviceGrant
 from libvgpu.cache_paths import legacy_cache_location
@@ -64,6 +65,14 @@ def cdi_path_edits(
     for edits in layout.per_grant:
         env.update({v.name: v.value for v in edits.env})
     return env, [(m.host_path, m.container_path, m.read_only) for m in layout.common.mounts]
+
+
+async def refusals(rig: GpuNode, plugin: DevicePlugin) -> list[dict[str, Any]]:
+    """The device plugin's VGPUAllocationRefused events, once written (Node events
+    live in `default`, as for every cluster-scoped object)."""
+    await plugin.events.wait_idle()
+    events = await rig.client.list("/api/v1/namespaces/default/events")
+    return [e for e in events["items"] if e["reason"] == "VGPUAllocationRefused"]
 
 
 def mounts_of(response: pb2.ContainerAllocateResponse) -> list[tuple[str, str, bool]]:
@@ -193,20 +202,55 @@ async def test_only_the_pod_the_lock_names_is_served() -> None:
     assert annotations(rightful)[BIND_PHASE] == "success"
 
 
+async def test_a_refusal_with_no_pod_to_serve_is_told_on_the_node_once() -> None:
+    """Without a lock there is no pod to tell: the Warning goes on the node, and the
+    same refusal again bumps that event's count instead of adding one."""
+    async with node_rig() as rig, rig.plugin() as plugin:
+        await bounded(rig.kubelet.wait_update(RESOURCE))
+        for uid in ("u-1", "u-2"):
+            with pytest.raises(AdmissionRejectedError) as rejected:
+                await admit(rig, uid, ContainerRequest("main", 1))
+            await plugin.events.wait_idle()
+        (event,) = await refusals(rig, plugin)
+        node = await rig.node()
+
+    assert event["type"] == "Warning"
+    assert event["message"] == (
+        "node node-dp has no hami.io/mutex.lock: no pod is being bound to it by the scheduler "
+        "extender, so there is no pod to allocate for"
+    )
+    assert f"desc = {event['message']}, which is unexpected" in rejected.value.event_message
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "name": NODE,
+        "uid": node["metadata"]["uid"],
+    }
+    assert event["count"] == 2
+    assert event["reportingComponent"] == "vgpu-device-plugin"
+
+
 async def test_a_lock_taken_over_by_a_pod_still_binding_is_not_served_to_another() -> None:
     """HAMi#3096: pod A was bound, its lock expired and pod B took it over; A's Allocate
     then arrives. B is not bound here yet, so it cannot be the pod kubelet admits:
-    refused, and B keeps its lock and its phase."""
-    async with node_rig() as rig, rig.plugin():
+    refused, told on the node (the pod being admitted is unknown), and B keeps its lock
+    and its phase."""
+    async with node_rig() as rig, rig.plugin() as plugin:
         await bounded(rig.kubelet.wait_update(RESOURCE))
         await rig.bound_pod("b-binding", [[device(UUID_A, 9000)]], bound=False)
         with pytest.raises(AdmissionRejectedError) as rejected:
             await admit(rig, "u-a", ContainerRequest("main", 1))
         pod, node = await rig.pod("b-binding"), await rig.node()
+        (event,) = await refusals(rig, plugin)
 
     assert "pod default/b-binding holds the lock of node node-dp but is not bound to it" in (
         rejected.value.event_message
     )
+    assert event["message"].startswith(
+        "pod default/b-binding holds the lock of node node-dp but is not bound to it"
+    )
+    assert f"desc = {event['message']}, which is unexpected" in rejected.value.event_message
+    assert event["involvedObject"]["kind"] == "Node"
     assert annotations(pod)[BIND_PHASE] == "allocating"
     assert annotations(pod)[VGPU_DEVICES_TO_ALLOCATE] == f"{UUID_A},NVIDIA,9000,0:;"
     assert annotations(node)[NODE_LOCK].endswith(",default,b-binding")
@@ -319,7 +363,7 @@ async def test_an_api_error_writing_the_outcome_fails_the_pod_and_frees_the_node
 async def test_a_missing_libvgpu_file_refuses_allocate_naming_it(missing: str, what: str) -> None:
     """On containerd a missing mount source becomes an empty directory: the container
     would start with no limit enforced. Refused like the DRA prepare, with the fix."""
-    async with node_rig() as rig, rig.plugin():
+    async with node_rig() as rig, rig.plugin() as plugin:
         await bounded(rig.kubelet.wait_update(RESOURCE))
         target = rig.root / missing
         if target.is_dir():
@@ -331,9 +375,20 @@ async def test_a_missing_libvgpu_file_refuses_allocate_naming_it(missing: str, w
             await admit(rig, "u-bare", ContainerRequest("main", 1))
         pod, node = await rig.pod("bare"), await rig.node()
         cache_dirs = list((rig.root / "vgpu").glob("containers/*"))
+        (event,) = await refusals(rig, plugin)
 
     message = rejected.value.event_message
     assert f"pod default/bare: {what} {target} is missing on this node" in message
+    assert event["type"] == "Warning"
+    assert event["message"].startswith(f"pod default/bare: {what} {target} is missing")
+    assert f"desc = {event['message']}, which is unexpected" in message
+    assert event["involvedObject"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "name": "bare",
+        "namespace": "default",
+        "uid": pod["metadata"]["uid"],
+    }
     assert "`dra-driver install-libvgpu`" in message
     assert annotations(pod)[BIND_PHASE] == "failed"
     assert NODE_LOCK not in annotations(node)

@@ -1,8 +1,9 @@
 """Allocate for pods whose HAMi annotations someone other than the scheduler wrote
 (HAMi#3041): the node lock names the pod, yet its bind phase, node or device lists
 are not what /bind leaves. Each forgery is refused through the kubelet stand-in over
-real sockets, the refusal (kubelet's event on the pod) names the field and why, and no
-libvgpu edits or cache dir are handed out."""
+real sockets, the refusal (kubelet's event on the pod, and the device plugin's own
+VGPUAllocationRefused Warning there) names the field and why, and no libvgpu edits or
+cache dir are handed out."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from api.hami_annotations import (
     ContainerDevice,
     encode_pod_devices,
 )
+from kubeletplugin.deviceplugin.plugin import DevicePlugin
 from simulator.standins.kubelet_deviceplugin import AdmissionRejectedError, ContainerRequest
 
 SCHEDULED = [[ContainerDevice(UUID_A, "NVIDIA", 1000, 10)]]
@@ -29,10 +31,18 @@ def entry(uuid: str, memory: int, cores: int = 0) -> str:
     return encode_pod_devices([[ContainerDevice(uuid, "NVIDIA", memory, cores)]])
 
 
-async def forge(rig: GpuNode, annotations: dict[str, str]) -> dict[str, Any]:
+async def refusal_events(rig: GpuNode, plugin: DevicePlugin) -> list[dict[str, Any]]:
+    """The device plugin's own refusal events in the API server, once written."""
+    await plugin.events.wait_idle()
+    events = await rig.client.list("/api/v1/namespaces/default/events")
+    return [e for e in events["items"] if e["reason"] == "VGPUAllocationRefused"]
+
+
+async def forge(rig: GpuNode, plugin: DevicePlugin, annotations: dict[str, str]) -> dict[str, Any]:
     """The scheduler's pod and lock, then annotations overwritten by another writer; the
-    refusal kubelet records, the pod and the node afterwards, and the cache dirs made."""
-    await rig.bound_pod("forged", SCHEDULED)
+    refusal kubelet records, the device plugin's refusal events, the pod and the node
+    afterwards, and the cache dirs made."""
+    pod = await rig.bound_pod("forged", SCHEDULED)
     await rig.client.patch(
         "/api/v1/namespaces/default/pods/forged", {"metadata": {"annotations": annotations}}
     )
@@ -41,6 +51,11 @@ async def forge(rig: GpuNode, annotations: dict[str, str]) -> dict[str, Any]:
     return {
         "message": rejected.value.event_message,
         "events": list(rig.kubelet.events),
+        "refusals": [
+            (e["type"], e["involvedObject"]["kind"], e["involvedObject"]["uid"], e["message"])
+            for e in await refusal_events(rig, plugin)
+        ],
+        "uid": pod["metadata"]["uid"],
         "pod": (await rig.pod("forged"))["metadata"]["annotations"],
         "node": (await rig.node())["metadata"].get("annotations") or {},
         "cache_dirs": list((rig.root / "vgpu").glob("containers/*")),
@@ -86,13 +101,17 @@ FORGERIES = {
 @pytest.mark.parametrize("case", FORGERIES, ids=list(FORGERIES))
 async def test_forged_device_lists_are_refused_and_fail_the_pod(case: str) -> None:
     annotations, message = FORGERIES[case]
-    async with node_rig() as rig, rig.plugin():
+    async with node_rig() as rig, rig.plugin() as plugin:
         await bounded(rig.kubelet.wait_update(RESOURCE))
-        seen = await forge(rig, annotations)
+        seen = await forge(rig, plugin, annotations)
 
     assert "pod default/forged" in seen["message"]
     assert message in seen["message"]
     assert seen["events"] == [("Warning", "UnexpectedAdmissionError", seen["message"])]
+    ((kind, about, uid, refusal),) = seen["refusals"]
+    assert (kind, about, uid) == ("Warning", "Pod", seen["uid"])
+    assert refusal.startswith("pod default/forged") and message in refusal
+    assert f"desc = {refusal}, which is unexpected" in seen["message"]
     assert seen["pod"][BIND_PHASE] == "failed"
     assert NODE_LOCK not in seen["node"]
     assert seen["cache_dirs"] == []
@@ -117,12 +136,16 @@ async def test_forged_device_lists_are_refused_and_fail_the_pod(case: str) -> No
 async def test_a_pod_not_in_the_schedulers_state_is_refused(
     annotations: dict[str, str], message: str
 ) -> None:
-    async with node_rig() as rig, rig.plugin():
+    async with node_rig() as rig, rig.plugin() as plugin:
         await bounded(rig.kubelet.wait_update(RESOURCE))
-        seen = await forge(rig, annotations)
+        seen = await forge(rig, plugin, annotations)
 
     assert message in seen["message"]
     assert seen["events"] == [("Warning", "UnexpectedAdmissionError", seen["message"])]
+    ((kind, about, uid, refusal),) = seen["refusals"]
+    assert (kind, about, uid) == ("Warning", "Pod", seen["uid"])
+    assert refusal.startswith("pod default/forged") and message in refusal
+    assert f"desc = {refusal}, which is unexpected" in seen["message"]
     assert seen["pod"][VGPU_DEVICES_TO_ALLOCATE] == encode_pod_devices(SCHEDULED)
     assert NODE_LOCK not in seen["node"]
     assert seen["cache_dirs"] == []
