@@ -14,6 +14,7 @@ from rich.table import Table
 from cdi.resolve import SpecDevice, index_devices, resolve_container
 from dra_driver.status.model import ClusterStatus, camel_case_keys
 from dra_driver.status.render import gpu_table, pending_table
+from simulator.attempts import AttemptReport, Outcome
 
 SHOWN_ENV_PREFIXES = (
     "CUDA_DEVICE_MEMORY_LIMIT",
@@ -56,6 +57,13 @@ class SimulationReport:
     elapsed_s: float
     kept: bool = False
     """Whether the nodes' files (CDI specs, cache dirs) outlive the run (`--work-dir`)."""
+    attempts: list[AttemptReport] = field(default_factory=list)
+    """The scenario's tamper attempts, in the order they ran."""
+
+    @property
+    def bypasses(self) -> list[AttemptReport]:
+        """Attempts that worked, or whose outcome nobody explained: each one is a bug."""
+        return [a for a in self.attempts if a.outcome is Outcome.ALLOWED or not a.reason]
 
     @property
     def running(self) -> list[PodReport]:
@@ -84,6 +92,10 @@ class SimulationReport:
                     },
                 }
                 for pod in self.pods
+            ],
+            "attempts": [
+                camel_case_keys({**asdict(attempt), "outcome": attempt.outcome.value})
+                for attempt in self.attempts
             ],
         }
 
@@ -149,9 +161,42 @@ def render_report(report: SimulationReport, console: Console) -> None:
         for pod in report.refused:
             refused.add_row(f"{pod.namespace}/{pod.name}", pod.phase, pod.reason or "-")
         console.print(refused)
+    if report.attempts:
+        console.print(attempts_table(report.attempts))
     console.print(
         f"{len(report.running)} pod(s) running, {len(report.refused)} not started, "
         f"in {report.elapsed_s:.1f} s ({report.mode} mode)"
     )
+    if report.attempts:
+        console.print(
+            f"{len(report.attempts)} tamper attempt(s), "
+            f"{len(report.bypasses)} got through (ALLOWED or unexplained)"
+        )
     if not report.kept:
         console.print("The nodes' files went with the run; --work-dir DIR keeps them.")
+
+
+OUTCOME_STYLES = {
+    Outcome.REFUSED: "green",
+    Outcome.NEUTRALISED: "cyan",
+    Outcome.ALLOWED: "bold red",
+}
+
+
+def attempts_table(attempts: Sequence[AttemptReport]) -> Table:
+    """One row per attempt: who tried what, how it came out, and the message that says why."""
+    table = Table(title="Tamper attempts", expand=False)
+    for column in ("attempt", "as", "action", "outcome", "reason"):
+        table.add_column(column, overflow="fold")
+    for attempt in attempts:
+        reason = attempt.reason or "(no reason: nothing said why it did not happen)"
+        if attempt.details and attempt.outcome is not Outcome.REFUSED:
+            reason = "\n".join(attempt.details)
+        table.add_row(
+            f"{attempt.name}\n{attempt.description}" if attempt.description else attempt.name,
+            attempt.identity,
+            attempt.action,
+            f"[{OUTCOME_STYLES[attempt.outcome]}]{attempt.outcome.value}[/]",
+            reason,
+        )
+    return table

@@ -15,10 +15,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from dra_driver.kube.rest import KubeClient
+from dra_driver.errors import InvalidParameterError
+from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.status.command import StatusSettings, fetch_status
 from dra_driver.status.model import newest_warning
+from simulator.attempts import Call, Identity
 from simulator.dra import DraCluster, dra_cluster
 from simulator.report import (
     PodReport,
@@ -29,7 +31,8 @@ from simulator.report import (
     spec_files,
 )
 from simulator.settings import Mode, SimulationSettings, work_root
-from simulator.workloads import Workload, apply_workloads, load_scenario
+from simulator.tamper import CallAnswer, PlacedPod, run_attempts
+from simulator.workloads import Scenario, apply_workloads, load_scenario
 
 SETTLE_POLL_S = 0.1
 PIPED_WIDTH = 160
@@ -50,6 +53,41 @@ def _reason(pod: Mapping[str, Any], claims: Sequence[str], events: list[dict[str
 def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
     """Running, or refused: a reason and no allocated claim (an allocated one is on its way)."""
     return (pod.get("status") or {}).get("phase") == "Running" or (bool(reason) and not allocated)
+
+
+class DraTarget:
+    """Where tamper attempts go in DRA: pods created as the tenant, then scheduled and
+    prepared by the stand-ins; the CDI spec's env replaces the container's."""
+
+    driver_env_wins = True
+
+    def __init__(self, cluster: DraCluster, timeout_s: float) -> None:
+        self.cluster = cluster
+        self.admin = cluster.client
+        self.identities = cluster.identities
+        self.timeout_s = timeout_s
+
+    async def place_pod(self, pod: dict[str, Any], namespace: str, identity: Identity) -> PlacedPod:
+        client = await self.identities.client(identity)
+        body = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
+        try:
+            await client.create(f"/api/v1/namespaces/{namespace}/pods", body)
+        except ApiError as error:
+            return PlacedPod(refusal=error.message)
+        key = (namespace, body["metadata"]["name"])
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            ((stored, reason, allocated),) = await _pods_and_reasons(self.admin, {key})
+            prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
+            failed = any(record is not None and record.error for record in prepared)
+            if failed or _settled(stored, reason, allocated) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(SETTLE_POLL_S)
+        registry = load_specs(node.cdi_dir for node in self.cluster.nodes)
+        return PlacedPod(stored=stored, report=pod_report(self.cluster, stored, reason, registry))
+
+    async def call(self, call: Call, identity: Identity | None, namespace: str) -> CallAnswer:
+        raise InvalidParameterError("spec.call", "DRA mode runs no legacy scheduler to call")
 
 
 async def _pods_and_reasons(
@@ -113,7 +151,7 @@ def pod_report(
 
 
 async def simulate(
-    settings: SimulationSettings, workloads: list[Workload], progress: Any
+    settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
     started = time.monotonic()
     task = progress.add_task("starting", total=None)
@@ -123,6 +161,7 @@ async def simulate(
 
     with work_root(settings) as root:
         async with dra_cluster(settings, root, step) as cluster:
+            workloads = scenario.workloads
             step(f"applying {len(workloads)} objects")
             await apply_workloads(cluster.client, workloads, settings.namespace)
             names = {
@@ -136,6 +175,8 @@ async def simulate(
             step("reading the result")
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
             pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
+            target = DraTarget(cluster, settings.settle_timeout_s)
+            attempts = await run_attempts(target, scenario.attempts, settings.namespace, step)
             status = await fetch_status(cluster.client, StatusSettings())
     return SimulationReport(
         settings.mode.value,
@@ -143,11 +184,13 @@ async def simulate(
         sorted(pods, key=lambda p: (p.namespace, p.name)),
         time.monotonic() - started,
         kept=settings.work_dir is not None,
+        attempts=attempts,
     )
 
 
 def run_simulation(settings: SimulationSettings, output: str) -> int:
-    """Exit status: 0 when every pod started or was refused with a reason, 1 otherwise."""
+    """Exit status: 0 when every pod started or was refused with a reason and every tamper
+    attempt was refused or neutralised with a reason, 1 otherwise."""
     if settings.mode is Mode.LEGACY:
         from simulator.legacy import simulate_legacy
 
@@ -157,7 +200,6 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
     scenario = load_scenario(
         settings.workload_files(), settings.mode.value, tuple(mode.value for mode in Mode)
     )
-    workloads = scenario.workloads
     errors = Console(file=sys.stderr)
     with Progress(
         SpinnerColumn(),
@@ -166,11 +208,11 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
         console=errors,
         transient=True,
     ) as progress:
-        report = asyncio.run(simulation(settings, workloads, progress))
+        report = asyncio.run(simulation(settings, scenario, progress))
     if output == "json":
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         width = None if sys.stdout.isatty() else PIPED_WIDTH
         render_report(report, Console(file=sys.stdout, width=width))
     unexplained = [pod for pod in report.refused if not pod.reason]
-    return 1 if unexplained else 0
+    return 1 if unexplained or report.bypasses else 0

@@ -94,10 +94,34 @@ def load_scenario(paths: Iterable[Path], mode: str, modes: tuple[str, ...]) -> S
             if mode not in attempts.document_modes(document, source, modes):
                 continue
             if document.get("kind") == attempts.KIND:
-                tampering.append(attempts.parse_attempt(document, source))
+                tampering.append(_checked(attempts.parse_attempt(document, source), mode))
             else:
                 workloads.append(_workload(document, source))
     return Scenario(sorted(workloads, key=lambda w: KINDS[w.kind].order), tampering)
+
+
+LEGACY_MODE = "legacy"
+PATCH_KINDS = (*KINDS, "Node")
+
+
+def _checked(attempt: TamperAttempt, mode: str) -> TamperAttempt:
+    """What an attempt creates or patches is a kind the simulator knows; a call goes to
+    the legacy scheduler, which only the legacy mode runs."""
+    where = f"{attempt.source} ({attempts.KIND} {attempt.name})"
+    for index, obj in enumerate(attempt.create):
+        _workload(obj, f"{where}: spec.create[{index}]")
+    if attempt.patch is not None and attempt.patch.kind not in PATCH_KINDS:
+        raise InvalidParameterError(
+            f"{where}: spec.patch.kind",
+            f"{attempt.patch.kind!r} is not one of {', '.join(PATCH_KINDS)}",
+        )
+    if attempt.call is not None and mode != LEGACY_MODE:
+        raise InvalidParameterError(
+            f"{where}: spec.call",
+            f"calls go to the legacy scheduler, which --mode {mode} does not run; mark the "
+            f"document {attempts.MODES_ANNOTATION}: {LEGACY_MODE}",
+        )
+    return attempt
 
 
 def _workload(document: dict[str, Any], source: str) -> Workload:

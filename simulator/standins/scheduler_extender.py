@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
 
-from dra_driver.errors import DriverError
+from dra_driver.errors import DriverError, InvalidParameterError
 from simulator.standins.admission import defaulted_pod
 
 HEADERS = {
@@ -43,6 +45,37 @@ MAX_BACKOFF = 10.0
 
 
 @dataclass(frozen=True)
+class ExtenderTLSConfig:
+    """An extender's `tlsConfig` (client-go's TLSClientConfig, as the config spells it):
+    the CA that signed the extender's serving certificate, and the client certificate
+    kube-scheduler presents, its only way to say who it is (it never sends a token)."""
+
+    ca_file: Path | None = None
+    """`caFile`; None: the system's roots."""
+    cert_file: Path | None = None
+    """`certFile`: the client certificate; with `key_file`, or neither."""
+    key_file: Path | None = None
+    """`keyFile`."""
+    server_name: str | None = None
+    """`serverName`: the name checked against the serving certificate instead of the host."""
+    insecure: bool = False
+    """`insecure`: the serving certificate is not checked at all."""
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(
+            cafile=str(self.ca_file) if self.ca_file is not None else None
+        )
+        if self.insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if (self.cert_file is None) != (self.key_file is None):
+            raise InvalidParameterError("tlsConfig.certFile/keyFile", "give both or neither")
+        if self.cert_file is not None and self.key_file is not None:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
+
+
+@dataclass(frozen=True)
 class ExtenderConfig:
     """One `extenders[]` entry of a KubeSchedulerConfiguration."""
 
@@ -56,6 +89,8 @@ class ExtenderConfig:
     managed_resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpumem")
     # When true, a failing extender is skipped instead of failing the cycle.
     ignorable: bool = False
+    # `tlsConfig`, for an https urlPrefix; None: plain http or the system's roots.
+    tls_config: ExtenderTLSConfig | None = None
 
 
 class ExtenderCallError(DriverError):
@@ -169,8 +204,11 @@ class SchedulerExtenderClient:
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
+        tls = self.config.tls_config
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0),
+            connector=aiohttp.TCPConnector(
+                limit=0, ssl=tls.ssl_context() if tls is not None else True
+            ),
             skip_auto_headers=["User-Agent", "Accept", "Accept-Encoding", "Content-Type"],
         )
 
@@ -399,6 +437,8 @@ class SchedulerExtenderClient:
                 f'Post "{url}": context deadline exceeded '
                 "(Client.Timeout exceeded while awaiting headers)"
             ) from error
+        except aiohttp.ClientSSLError as error:
+            raise ExtenderCallError(f'Post "{url}": tls: {error}') from error
         except aiohttp.ClientConnectorError as error:
             raise ExtenderCallError(
                 f'Post "{url}": dial tcp {error.host}:{error.port}: connect: connection refused'
