@@ -3,9 +3,13 @@
 Each node runs the real device plugin (mock GPUs) under the kubelet device-plugin
 stand-in, which registers it, reports the split-count replicas as the node's
 allocatable `nvidia.com/gpu`, and calls Allocate over the plugin's socket. The real
-legacy scheduler serves the webhook and the extender; the admission stand-in sends
+legacy scheduler serves the webhook and the extender over TLS with caller
+authentication on, as deploy/ runs it: /filter and /bind only for kube-scheduler's
+client certificate, /webhook open (`--open-webhook`). The admission stand-in sends
 each pod through the webhook as kube-apiserver would, the kube-scheduler stand-in
-calls /filter and /bind, and the kubelet stand-in admits the bound pod.
+calls /filter and /bind presenting that certificate, and the kubelet stand-in admits
+the bound pod. Every component runs as the identity deploy/ gives it, under the
+legacy overlay's admission policies.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,24 +26,39 @@ import yaml
 
 from controller.legacy.config import CallerAuthSettings, LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
-from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.kube.rest import ApiError, KubeClient, object_path
 from dra_driver.status.command import StatusSettings, fetch_status
 from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.slices import SliceSettings
 from simulator.apiserver import APIServer
+from simulator.apiserver.authentication import KUBECONFIG_TOKEN
+from simulator.attempts import Call, Credentials, Identity
+from simulator.identities import (
+    KUBE_SCHEDULER_CLIENT_NAME,
+    LEGACY_SCHEDULER,
+    Identities,
+    device_plugin,
+    kubelet,
+)
+from simulator.legacy_calls import call_arguments, call_context, post_call
+from simulator.legacy_tls import LOOPBACK, LegacyTLS, write_legacy_tls
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
+from simulator.policies import install_policies
 from simulator.report import ContainerReport, PodReport, SimulationReport
 from simulator.settings import SimulationSettings, work_root
 from simulator.standins.admission import AdmissionClient, WebhookConfig
 from simulator.standins.kubelet_deviceplugin import ContainerRequest, KubeletDevicePlugin
-from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
-from simulator.workloads import Workload, apply_workloads
+from simulator.standins.scheduler_extender import (
+    ExtenderConfig,
+    ExtenderTLSConfig,
+    SchedulerExtenderClient,
+)
+from simulator.tamper import CallAnswer, PlacedPod, run_attempts
+from simulator.workloads import Scenario, apply_workloads
 
 RESOURCE = "nvidia.com/gpu"
-ADMIN = {"username": "simulator", "groups": ["system:masters", "system:authenticated"]}
 WAIT_S = 30.0
-PIPED_WIDTH = 160
 
 
 def _count(container: Mapping[str, Any]) -> int:
@@ -57,14 +77,20 @@ def container_requests(pod: Mapping[str, Any]) -> list[ContainerRequest]:
 
 
 async def _start_node(
-    stack: AsyncExitStack, client: KubeClient, settings: SimulationSettings, index: int, root: Path
+    stack: AsyncExitStack,
+    identities: Identities,
+    settings: SimulationSettings,
+    index: int,
+    root: Path,
 ) -> KubeletDevicePlugin:
-    """The node, its kubelet stand-in and the device plugin; kubelet's allocatable reported."""
+    """The node (registered by its kubelet), its kubelet stand-in and the device plugin,
+    whose token is bound to the node; kubelet's allocatable reported."""
     name = settings.shape.node_name(index)
     base = root / name
     base.mkdir(parents=True)
     (base / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(settings.shape, index)))
-    await register_node(client, name)
+    node_client = await identities.client(kubelet(name))
+    await register_node(node_client, name)
     plugin_settings = DevicePluginSettings(
         node_name=name,
         plugin_dir=base / "dp",
@@ -72,104 +98,191 @@ async def _start_node(
         mock_gpus=base / "gpus.yaml",
         libvgpu=install_libvgpu_files(base),
     )
-    kubelet = await stack.enter_async_context(KubeletDevicePlugin(plugin_settings.plugin_dir))
-    plugin = DevicePlugin(plugin_settings, client, MockBackend(base / "gpus.yaml"))
+    kubelet_stand_in = await stack.enter_async_context(
+        KubeletDevicePlugin(plugin_settings.plugin_dir)
+    )
+    plugin = DevicePlugin(
+        plugin_settings,
+        await identities.client(device_plugin(name)),
+        MockBackend(base / "gpus.yaml"),
+    )
     await stack.enter_async_context(plugin)
-    await asyncio.wait_for(kubelet.wait_update(RESOURCE), WAIT_S)
-    allocatable = {RESOURCE: str(kubelet.allocatable(RESOURCE))}
-    await client.patch(
+    await asyncio.wait_for(kubelet_stand_in.wait_update(RESOURCE), WAIT_S)
+    allocatable = {RESOURCE: str(kubelet_stand_in.allocatable(RESOURCE))}
+    await node_client.patch(
         f"{object_path('/api/v1/nodes', name)}/status",
         {"status": {"capacity": allocatable, "allocatable": allocatable}},
     )
-    return kubelet
+    return kubelet_stand_in
 
 
-async def _place_pod(
-    client: KubeClient,
-    workload: Workload,
-    namespace: str,
-    webhook: AdmissionClient,
-    scheduler: SchedulerExtenderClient,
-    kubelets: Mapping[str, KubeletDevicePlugin],
-) -> PodReport:
-    name = workload.name
-    report = PodReport(namespace, name, "", "Pending")
-    body = dict(workload.body)
-    body["metadata"] = {**(body.get("metadata") or {}), "namespace": namespace}
-    review = await webhook.review(webhook.build_review(body, namespace=namespace, user_info=ADMIN))
-    if not review.allowed:
-        report.reason = f"webhook denied: {(review.status or {}).get('message', '')}"
-        return report
-    pod = await client.create(f"/api/v1/namespaces/{namespace}/pods", review.object)
-    nodes = (await client.list("/api/v1/nodes")).get("items") or []
-    cycle = await scheduler.schedule_once(pod, nodes)
-    if cycle.node is None:
-        report.reason = f"{cycle.reason}: {cycle.message}"
-        return report
-    report.node = cycle.node
-    admission = await kubelets[cycle.node].admit_pod(
-        pod["metadata"]["uid"], RESOURCE, container_requests(pod)
-    )
-    for container, response in admission.responses.items():
-        report.containers[container] = ContainerReport(
-            cdi_devices=[],
-            env=dict(sorted(response.envs.items())),
-            mounts={m.container_path: m.host_path for m in response.mounts},
+@dataclass
+class LegacyCluster:
+    """What is running: the API server, the scheduler's address and its callers."""
+
+    server: APIServer
+    admin: KubeClient
+    identities: Identities
+    tls: LegacyTLS
+    base_url: str
+    webhook: AdmissionClient
+    scheduler: SchedulerExtenderClient
+    kubelets: dict[str, KubeletDevicePlugin] = field(default_factory=dict)
+
+    def user_info(self, identity: Identity | None) -> dict[str, Any]:
+        """`userInfo` of an AdmissionReview: who the API server says made the request."""
+        token = KUBECONFIG_TOKEN if identity is None else self.identities.token(identity)
+        return self.server.tokens.user(token).status()
+
+    async def place_pod(
+        self, pod: dict[str, Any], namespace: str, identity: Identity | None
+    ) -> PlacedPod:
+        """Webhook, create (as `identity`; None: the administrator), schedule, Allocate."""
+        name = (pod.get("metadata") or {}).get("name", "")
+        report = PodReport(namespace, name, "", "Pending")
+        body = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
+        review = await self.webhook.review(
+            self.webhook.build_review(body, namespace=namespace, user_info=self.user_info(identity))
         )
-    await client.patch(
-        f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"phase": "Running"}}
+        if not review.allowed:
+            return PlacedPod(refusal=(review.status or {}).get("message", "webhook denied"))
+        client = self.admin if identity is None else await self.identities.client(identity)
+        try:
+            stored = await client.create(f"/api/v1/namespaces/{namespace}/pods", review.object)
+        except ApiError as error:
+            return PlacedPod(refusal=error.message)
+        nodes = (await self.admin.list("/api/v1/nodes")).get("items") or []
+        cycle = await self.scheduler.schedule_once(stored, nodes)
+        if cycle.node is None:
+            report.reason = f"{cycle.reason}: {cycle.message}"
+            return PlacedPod(stored=stored, report=report)
+        report.node = cycle.node
+        admission = await self.kubelets[cycle.node].admit_pod(
+            stored["metadata"]["uid"], RESOURCE, container_requests(stored)
+        )
+        for container, response in admission.responses.items():
+            report.containers[container] = ContainerReport(
+                cdi_devices=[],
+                env=dict(sorted(response.envs.items())),
+                mounts={m.container_path: m.host_path for m in response.mounts},
+            )
+        node_client = await self.identities.client(kubelet(cycle.node))
+        await node_client.patch(
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"phase": "Running"}}
+        )
+        report.phase = "Running"
+        return PlacedPod(stored=stored, report=report)
+
+
+class LegacyTarget:
+    """Where tamper attempts go in legacy mode; the container's env wins over Allocate's."""
+
+    driver_env_wins = False
+
+    def __init__(self, cluster: LegacyCluster) -> None:
+        self.cluster = cluster
+        self.admin = cluster.admin
+        self.identities = cluster.identities
+
+    async def place_pod(self, pod: dict[str, Any], namespace: str, identity: Identity) -> PlacedPod:
+        return await self.cluster.place_pod(pod, namespace, identity)
+
+    async def call(self, call: Call, identity: Identity | None, namespace: str) -> CallAnswer:
+        arguments = await call_arguments(self.admin, call, namespace)
+        token = None
+        if call.credentials is Credentials.OTHER_IDENTITY and identity is not None:
+            token = self.identities.token(identity)
+        context = call_context(self.cluster.tls, call.credentials)
+        return await post_call(f"{self.cluster.base_url}{call.path}", arguments, context, token)
+
+
+async def _start_scheduler(
+    stack: AsyncExitStack, identities: Identities, tls: LegacyTLS, nodes: set[str]
+) -> str:
+    """The legacy scheduler as deploy/ runs it; its https base URL once every node is in."""
+    client = await identities.client(LEGACY_SCHEDULER)
+    callers = CallerAuthSettings(
+        allowed_callers=frozenset({KUBE_SCHEDULER_CLIENT_NAME}), open_webhook=True
     )
-    report.phase = "Running"
-    return report
+    serve = ServeSettings(
+        host=LOOPBACK,
+        port=0,
+        tls_cert=tls.serving.cert,
+        tls_key=tls.serving.key,
+        client_cas=(tls.ca,),
+    )
+    legacy = LegacyServer(client, LegacySettings(caller_auth=callers), serve)
+    await stack.enter_async_context(legacy)
+    await asyncio.wait_for(
+        legacy.state.nodes.wait_for(lambda _: all(n in legacy.state.inventory for n in nodes)),
+        WAIT_S,
+    )
+    return f"https://{LOOPBACK}:{legacy.port}"
 
 
 async def simulate_legacy(
-    settings: SimulationSettings, workloads: list[Workload], progress: Any
+    settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
     started = time.monotonic()
     task = progress.add_task("starting", total=None)
-    kubelets: dict[str, KubeletDevicePlugin] = {}
+
+    def step(text: str) -> None:
+        progress.update(task, description=text)
+
     with work_root(settings) as root:
         async with APIServer() as server, AsyncExitStack() as stack:
-            client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
-            stack.push_async_callback(client.aclose)
+            admin = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
+            stack.push_async_callback(admin.aclose)
+            identities = Identities(server, root / "identities")
+            stack.push_async_callback(identities.aclose)
+            step("installing the admission policies")
+            await install_policies(admin, settings.mode.value)
+            kubelets: dict[str, KubeletDevicePlugin] = {}
             for index in range(settings.shape.nodes):
                 node = settings.shape.node_name(index)
-                progress.update(task, description=f"starting device plugin on {node}")
-                kubelets[node] = await _start_node(stack, client, settings, index, root)
-            progress.update(task, description="starting the legacy scheduler")
-            # Loopback and every caller is the simulator itself: who may call is not simulated.
-            open_callers = LegacySettings(caller_auth=CallerAuthSettings(enabled=False))
-            legacy = LegacyServer(client, open_callers, ServeSettings(port=0))
-            await stack.enter_async_context(legacy)
-            names = set(kubelets)
-            await asyncio.wait_for(
-                legacy.state.nodes.wait_for(
-                    lambda _: all(n in legacy.state.inventory for n in names)
-                ),
-                WAIT_S,
-            )
-            base = f"http://127.0.0.1:{legacy.port}"
+                step(f"starting device plugin on {node}")
+                kubelets[node] = await _start_node(stack, identities, settings, index, root)
+            step("starting the legacy scheduler")
+            tls = write_legacy_tls(root / "tls")
+            base = await _start_scheduler(stack, identities, tls, set(kubelets))
             webhook = await stack.enter_async_context(
-                AdmissionClient(WebhookConfig(url=f"{base}/webhook"))
+                AdmissionClient(WebhookConfig(url=f"{base}/webhook", ca_file=tls.ca))
+            )
+            extender_tls = ExtenderTLSConfig(
+                ca_file=tls.ca, cert_file=tls.kube_scheduler.cert, key_file=tls.kube_scheduler.key
             )
             scheduler = await stack.enter_async_context(
-                SchedulerExtenderClient(ExtenderConfig(url_prefix=base, node_cache_capable=True))
+                SchedulerExtenderClient(
+                    ExtenderConfig(
+                        url_prefix=base, node_cache_capable=True, tls_config=extender_tls
+                    )
+                )
             )
-            others = [w for w in workloads if w.kind != "Pod"]
-            await apply_workloads(client, others, settings.namespace)
+            cluster = LegacyCluster(
+                server, admin, identities, tls, base, webhook, scheduler, kubelets
+            )
+            workloads = scenario.workloads
+            await apply_workloads(
+                admin, [w for w in workloads if w.kind != "Pod"], settings.namespace
+            )
             pods = []
             for workload in (w for w in workloads if w.kind == "Pod"):
-                progress.update(task, description=f"placing pod {workload.name}")
+                step(f"placing pod {workload.name}")
                 namespace = workload.namespace or settings.namespace
+                placed = await cluster.place_pod(workload.body, namespace, None)
                 pods.append(
-                    await _place_pod(client, workload, namespace, webhook, scheduler, kubelets)
+                    placed.report
+                    or PodReport(namespace, workload.name, "", "Pending", reason=placed.refusal)
                 )
-            status = await fetch_status(client, StatusSettings())
+            attempts = await run_attempts(
+                LegacyTarget(cluster), scenario.attempts, settings.namespace, step
+            )
+            status = await fetch_status(admin, StatusSettings())
     return SimulationReport(
         settings.mode.value,
         status,
         sorted(pods, key=lambda p: (p.namespace, p.name)),
         time.monotonic() - started,
         kept=settings.work_dir is not None,
+        attempts=attempts,
     )

@@ -102,7 +102,7 @@ async def _run(
 
 def _called(answer: CallAnswer) -> tuple[Outcome, str, list[str]]:
     if answer.status is None:
-        return Outcome.REFUSED, f"TLS handshake refused: {answer.message}", []
+        return Outcome.REFUSED, f"connection refused in the TLS handshake: {answer.message}", []
     if answer.status in REFUSED_STATUSES:
         return Outcome.REFUSED, f"HTTP {answer.status}: {answer.message}", []
     return Outcome.ALLOWED, f"HTTP {answer.status}: the caller reached the handler", []
