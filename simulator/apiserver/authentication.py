@@ -58,6 +58,14 @@ class UserInfo:
 ANONYMOUS_USER = UserInfo(ANONYMOUS, (UNAUTHENTICATED,), "")
 
 
+def bearer_token(authorization: str) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; None for any other."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return token.strip() or None
+
+
 class Tokens:
     """Issued tokens and their users; the kubeconfig's token is an admin from the start."""
 

@@ -32,7 +32,7 @@ from dra_driver.process.runtime import wait_event
 
 from . import audit, discovery
 from .admission_policies import RequestContext
-from .authentication import KUBECONFIG_TOKEN, TOKEN_REVIEWS_PATH, Tokens
+from .authentication import KUBECONFIG_TOKEN, TOKEN_REVIEWS_PATH, Tokens, bearer_token
 from .cluster import Cluster
 from .controllers import Controllers
 from .conversion import PRESENTERS
@@ -81,13 +81,6 @@ def _error_response(error: ApiError) -> web.Response:
     return web.Response(
         body=_dumps(error.status()), status=error.code, content_type=_JSON, headers=headers
     )
-
-
-def _bearer_token(request: web.Request) -> str | None:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
 
 
 def _deleted_status(resource: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
@@ -349,7 +342,9 @@ class APIServer:
             values += [str(v) for v in extra]
         cluster = self.cluster
         cluster.dry_run = check_dry_run(values, options_kind)
-        context = RequestContext(self.tokens.user(_bearer_token(request)), subresource)
+        context = RequestContext(
+            self.tokens.user(bearer_token(request.headers.get("Authorization", ""))), subresource
+        )
         cluster.request = context
         try:
             yield context

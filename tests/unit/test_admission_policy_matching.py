@@ -307,3 +307,18 @@ def test_an_object_selector_matches_exactly_the_labelled_objects(
         assert selected
     else:
         assert not selected
+
+
+def test_a_node_bound_token_reviews_with_its_extras() -> None:
+    tokens = Tokens()
+    token = tokens.issue_service_account("ns", "sa", node_name="n1", pod_name="p", pod_uid="u")
+    user = tokens.review({"spec": {"token": token}})["status"]["user"]
+    assert user["username"] == "system:serviceaccount:ns:sa"
+    extra = user["extra"]
+    assert (extra[NODE_NAME], extra["authentication.kubernetes.io/pod-name"]) == (["n1"], ["p"])
+    assert extra["authentication.kubernetes.io/pod-uid"] == ["u"]
+    assert extra["authentication.kubernetes.io/credential-id"][0].startswith("JTI=")
+    assert (
+        "extra" not in tokens.review({"spec": {"token": tokens.issue("plain")}})["status"]["user"]
+    )
+    assert tokens.user("nobody's") == ANONYMOUS_USER
