@@ -80,7 +80,10 @@ class DraTarget:
             ((stored, reason, allocated),) = await _pods_and_reasons(self.admin, {key})
             prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
             failed = any(record is not None and record.error for record in prepared)
-            if failed or _settled(stored, reason, allocated) or time.monotonic() >= deadline:
+            # Until its template's claims exist, a pod's reason is only that it waits for them.
+            claims_made = all(pod_claim_names(stored).values())
+            settled = claims_made and _settled(stored, reason, allocated)
+            if failed or settled or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(SETTLE_POLL_S)
         registry = load_specs(node.cdi_dir for node in self.cluster.nodes)
