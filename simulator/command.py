@@ -23,8 +23,9 @@ def register(commands: Subcommands) -> None:
             "and kube-scheduler stand-ins and the real controller (or, with --mode legacy, "
             "the webhook, extender and device plugin), apply the workloads, and print per "
             "node and GPU who holds which share, the CDI devices and env each container "
-            "gets, and why a workload did not fit. Exit status 0 when every pod started or "
-            "was refused with a reason."
+            "gets, and why a workload did not fit; then run the scenario's tamper attempts, each "
+            "as its identity, and show each refused, neutralised or ALLOWED. Exit status 0 when "
+            "every pod started or was refused with a reason and no tamper attempt got through."
         ),
     )
     simulate.add_argument(
@@ -40,8 +41,9 @@ def register(commands: Subcommands) -> None:
         type=Path,
         action="append",
         env="SIMULATE_SCENARIOS",
-        help="YAML file of DeviceClasses, ResourceClaimTemplates, ResourceClaims and Pods "
-        "(repeatable); none: the bundled examples/",
+        help="YAML file, or directory of *.yaml files, of DeviceClasses, ResourceClaimTemplates, "
+        "ResourceClaims, ConfigMaps, Pods and TamperAttempts (repeatable); none: the bundled "
+        "examples/ of the mode; examples/tamper: a tenant's attempts to lift or forge a share",
     )
     simulate.add_argument("--nodes", type=int, env="SIMULATE_NODES", default=3)
     simulate.add_argument("--gpus-per-node", type=int, env="SIMULATE_GPUS_PER_NODE", default=4)
