@@ -256,7 +256,7 @@ def _arithmetic(name: str, sign: int) -> Callable[[Any, Any], Any]:
     return method
 
 
-def _ascii_case(name: str, upper: bool) -> Callable[[Any], Any]:
+def ascii_case(name: str, upper: bool) -> Callable[[Any], Any]:
     def method(text: Any) -> Any:
         if not isinstance(text, str):
             return _no_overload(name, text)
@@ -290,8 +290,8 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sign": _quantity_method("sign", lambda v: celtypes.IntType((v > 0) - (v < 0))),
     "add": _arithmetic("add", 1),
     "sub": _arithmetic("sub", -1),
-    "lowerAscii": _ascii_case("lowerAscii", upper=False),
-    "upperAscii": _ascii_case("upperAscii", upper=True),
+    "lowerAscii": ascii_case("lowerAscii", upper=False),
+    "upperAscii": ascii_case("upperAscii", upper=True),
 }
 _BUILTIN_FUNCTIONS = frozenset(
     {"size", "contains", "startsWith", "endsWith", "matches", "int", "uint", "double"}
@@ -500,9 +500,9 @@ class CompiledSelector:
         try:
             result = self.program.evaluate(_activation(device))
         except CELEvalError as error:
-            raise CelEvaluationError(self.expression, _eval_reason(error)) from error
+            raise CelEvaluationError(self.expression, eval_reason(error)) from error
         if isinstance(result, CELEvalError):
-            raise CelEvaluationError(self.expression, _eval_reason(result))
+            raise CelEvaluationError(self.expression, eval_reason(result))
         if not isinstance(result, celtypes.BoolType):
             raise CelEvaluationError(
                 self.expression, f"the result is {type(result).__name__}, not a bool"
@@ -510,7 +510,7 @@ class CompiledSelector:
         return bool(result)
 
 
-def _eval_reason(error: CELEvalError) -> str:
+def eval_reason(error: CELEvalError) -> str:
     message = str(error.args[0]) if error.args else "evaluation failed"
     if message == "no such key" and len(error.args) > 2:
         return f"no such key: {error.args[2]}"

@@ -36,6 +36,8 @@ from celpy import celtypes
 from celpy.celparser import CELParseError
 from celpy.evaluation import CELEvalError
 
+from dra_driver.objects.dra_cel import ascii_case, eval_reason
+
 _STRING_LITERAL = re.compile(
     r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"", re.DOTALL
 )
@@ -69,20 +71,6 @@ def _no_overload(name: str) -> CELEvalError:
     return CELEvalError(f"no such overload: {name}")
 
 
-def _ascii_case(name: str, upper: bool) -> Callable[[Any], Any]:
-    table = str.maketrans(
-        "abcdefghijklmnopqrstuvwxyz" if upper else "ABCDEFGHIJKLMNOPQRSTUVWXYZ",
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if upper else "abcdefghijklmnopqrstuvwxyz",
-    )
-
-    def method(text: Any) -> Any:
-        if not isinstance(text, str):
-            return _no_overload(name)
-        return celtypes.StringType(str(text).translate(table))
-
-    return method
-
-
 def _trim(text: Any) -> Any:
     if not isinstance(text, str):
         return _no_overload("trim")
@@ -106,8 +94,8 @@ def _join(items: Any, separator: Any = "") -> Any:
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "lowerAscii": _ascii_case("lowerAscii", upper=False),
-    "upperAscii": _ascii_case("upperAscii", upper=True),
+    "lowerAscii": ascii_case("lowerAscii", upper=False),
+    "upperAscii": ascii_case("upperAscii", upper=True),
     "trim": _trim,
     "split": _split,
     "join": _join,
@@ -181,15 +169,13 @@ def evaluation_reason(error: CELEvalError) -> str:
         return message
     if match := re.fullmatch(r"no such member in mapping: '(.*)'", message):
         return f"no such key: {match.group(1)}"
-    if message == "no such key" and len(error.args) > 2:
-        return f"no such key: {error.args[2]}"
     if "does not support field selection" in message:
         return "no such key: selecting a field of null"
     if message.startswith("found no matching overload"):
         return "no such overload"
     if message == "modulus or divide by zero":
         return "division by zero"
-    return message.split(" (in activation")[0]
+    return eval_reason(error)
 
 
 @lru_cache(maxsize=4096)
