@@ -66,6 +66,8 @@ from api.hami_annotations.node_register import (
     MigProfile,
     RegisteredDevice,
     decode_node_devices,
+    decode_node_devices_json,
+    decode_node_devices_legacy,
     encode_node_devices,
 )
 from api.hami_annotations.pair_scores import decode_pair_scores, encode_pair_scores
@@ -116,6 +118,8 @@ __all__ = [
     "annotation_is_true",
     "decode_handshake",
     "decode_node_devices",
+    "decode_node_devices_json",
+    "decode_node_devices_legacy",
     "decode_node_lock",
     "decode_pair_scores",
     "decode_pod_devices",

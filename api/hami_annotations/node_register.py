@@ -8,8 +8,8 @@ Hygon and Iluvatar plugins still write. Calls `keys` and `go_compat` only.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from api.hami_annotations.go_compat import (
@@ -80,6 +80,9 @@ class RegisteredDevice:
     mode: str = ""
     health: bool = False
     mig_profiles: tuple[MigProfile, ...] = ()
+    custom_info: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Go's `custominfo`: vendor facts (e.g. Ascend's NetworkID) that some vendors'
+    plugins register; read, never written (MarshalNodeDevices leaves it out)."""
 
     def __post_init__(self) -> None:
         for name in ("id", "type", "mode"):
@@ -142,6 +145,17 @@ def decode_node_devices(
     return _decode_node_devices_legacy(value, annotation)
 
 
+def decode_node_devices_json(value: str, annotation: str) -> list[RegisteredDevice]:
+    """Only the JSON format (Go's `UnMarshalNodeDevices`), for a vendor whose
+    scheduler side reads nothing else (AMD, Ascend, Kunlun vXPU, ...)."""
+    return _decode_node_devices_json(value.strip(), annotation)
+
+
+def decode_node_devices_legacy(value: str, annotation: str) -> list[RegisteredDevice]:
+    """Only the colon list (Go's `DecodeNodeDevices`), for Hygon and Iluvatar."""
+    return _decode_node_devices_legacy(value, annotation)
+
+
 _DEVICE_FIELDS = {
     "id": "id",
     "index": "index",
@@ -153,6 +167,7 @@ _DEVICE_FIELDS = {
     "mode": "mode",
     "health": "health",
     "migprofiles": "mig_profiles",
+    "custominfo": "custom_info",
 }
 _MIG_PROFILE_FIELDS = {
     "name": "name",
@@ -174,6 +189,9 @@ def _decode_node_devices_json(value: str, annotation: str) -> list[RegisteredDev
     for position, item in enumerate(document):
         where = f"device {position}"
         values = {"id": "", **go_struct_fields(item, _DEVICE_FIELDS, annotation, where)}
+        custom = values.get("custom_info", {})
+        if not isinstance(custom, dict):
+            raise AnnotationDecodeError(annotation, f"{where} custominfo must be a JSON object")
         profiles = json_array(values.pop("mig_profiles", []), annotation, f"{where} migProfiles")
         values["mig_profiles"] = tuple(
             _decode_mig_profile(profile, annotation, f"{where} migProfiles[{index}]")

@@ -1,24 +1,31 @@
-"""HAMi's device config (`device-config.yaml`, key `nvidia:`) and the scheduler's flags.
+"""HAMi's device config (`device-config.yaml`) and the scheduler's flags.
 
 A cluster that swaps HAMi's scheduler for ours keeps its ConfigMap, so the file
-is read in HAMi's format: camelCase keys under `nvidia:`, other vendors'
-sections and keys this side does not use are ignored. Values are checked and
-a wrong one names its key. Reference: hami-protocol.md §1, §9.
+is read in HAMi's format: camelCase keys under one section per vendor
+(`nvidia:`, `hygon:`, `iluvatars:`, ...), each read by its vendor backend
+(`dra_driver.engine.vendor_backends.registry`); keys this side does not use
+are ignored. Values are checked and a wrong one names its key. Reference:
+hami-protocol.md §1, §9; hami-vendors.md.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dra_driver.engine.engine import EngineSettings
-from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter, VendorRegistry
+from dra_driver.engine.vendor_backends.nvidia import CorePolicy, NvidiaConfig
+from dra_driver.engine.vendor_backends.registry import (
+    BackendRegistry,
+    build_backends,
+    read_sections,
+)
+from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.node_lock import DEFAULT_LOCK_TIMEOUT
 
@@ -26,118 +33,26 @@ DEFAULT_SCHEDULER_NAME = "hami-scheduler"
 """The chart's `--scheduler-name`."""
 
 
-class CorePolicy(StrEnum):
-    """`gpuCorePolicy`: how libvgpu enforces the core limit."""
+@dataclass(frozen=True, slots=True)
+class DeviceConfig:
+    """The whole file: the `nvidia:` section and every vendor section, validated."""
 
-    DEFAULT = "default"
-    FORCE = "force"
-    DISABLE = "disable"
+    nvidia: NvidiaConfig = field(default_factory=NvidiaConfig)
+    sections: Mapping[str, Any] | None = None
+    """Validated vendor sections by name (`nvidia` included); None when no file was
+    given, so that HAMi's default device config applies."""
 
-
-class NvidiaConfig(BaseModel):
-    """The `nvidia:` section (Go `NvidiaConfig`); defaults are HAMi's."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    resource_count_name: str = Field(
-        "nvidia.com/gpu",
-        alias="resourceCountName",
-        min_length=1,
-        description="Resource a pod asks GPUs with (distinct cards).",
-    )
-    resource_memory_name: str = Field(
-        "nvidia.com/gpumem",
-        alias="resourceMemoryName",
-        min_length=1,
-        description="Resource for MiB per GPU (x memoryFactor).",
-    )
-    resource_memory_percentage_name: str = Field(
-        "nvidia.com/gpumem-percentage",
-        alias="resourceMemoryPercentageName",
-        min_length=1,
-        description="Resource for a percentage of each GPU's memory.",
-    )
-    resource_core_name: str = Field(
-        "nvidia.com/gpucores",
-        alias="resourceCoreName",
-        min_length=1,
-        description="Resource for percent of each GPU's SMs.",
-    )
-    resource_priority_name: str = Field(
-        "nvidia.com/priority",
-        alias="resourcePriorityName",
-        min_length=1,
-        description="Resource whose value becomes CUDA_TASK_PRIORITY.",
-    )
-    overwrite_env: bool = Field(
-        False,
-        alias="overwriteEnv",
-        description="Containers without GPUs get NVIDIA_VISIBLE_DEVICES=none.",
-    )
-    default_memory: int = Field(0, alias="defaultMemory", ge=0, description="MiB per GPU")
-    default_cores: int = Field(0, alias="defaultCores", ge=0, le=100, description="percent")
-    default_gpu_num: int = Field(
-        1,
-        alias="defaultGPUNum",
-        ge=0,
-        description="GPUs the webhook adds when only memory/cores are asked.",
-    )
-    memory_factor: int = Field(
-        1, alias="memoryFactor", ge=1, description="Multiplier of the memory resource's value."
-    )
-    device_split_count: int = Field(
-        10, alias="deviceSplitCount", ge=1, description="Shares (tasks) per GPU."
-    )
-    device_memory_scaling: float = Field(
-        1.0,
-        alias="deviceMemoryScaling",
-        gt=0,
-        description="Registered memory = physical x this; above 1 oversubscribes.",
-    )
-    device_core_scaling: float = Field(
-        1.0, alias="deviceCoreScaling", gt=0, description="Registered cores = 100 x this."
-    )
-    gpu_core_policy: CorePolicy = Field(CorePolicy.DEFAULT, alias="gpuCorePolicy")
-    runtime_class_name: str = Field(
-        "", alias="runtimeClassName", description="Set on GPU pods that name none."
-    )
-
-    def vendor(self) -> VendorAdapter:
-        """The engine's NVIDIA adapter with this config's names and defaults."""
-        return replace(
-            NVIDIA,
-            resources=ResourceNames(
-                count=self.resource_count_name,
-                memory=self.resource_memory_name,
-                memory_percentage=self.resource_memory_percentage_name,
-                cores=self.resource_core_name,
-                priority=self.resource_priority_name,
-            ),
-            memory_factor=self.memory_factor,
-            default_count=self.default_gpu_num,
-            default_memory_mib=self.default_memory,
-            default_cores=self.default_cores,
-        )
-
-
-class DeviceConfig(BaseModel):
-    """The whole file; only the `nvidia:` section is used here."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    nvidia: NvidiaConfig = Field(default_factory=NvidiaConfig)
+    def backends(self, enabled_flags: frozenset[str] = frozenset()) -> BackendRegistry:
+        """The vendor backends this config and the `--enable-*` flags select."""
+        return build_backends(self.sections, enabled_flags)
 
 
 def parse_device_config(document: Any, source: str = "device config") -> DeviceConfig:
     """Validate a loaded YAML document; an error names the key and the reason."""
-    if document is None:
+    sections = read_sections(document, source)
+    if sections is None:
         return DeviceConfig()
-    try:
-        return DeviceConfig.model_validate(document)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "document"
-        raise InvalidParameterError(f"{source}: {where}", first["msg"]) from None
+    return DeviceConfig(nvidia=sections["nvidia"], sections=sections)
 
 
 def load_device_config(path: Path | None) -> DeviceConfig:
@@ -201,10 +116,27 @@ class LegacySettings:
     """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
     `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
     administrator's decision, so everywhere else the webhook refuses both."""
+    enabled_vendor_flags: frozenset[str] = frozenset()
+    """The `--enable-<vendor>` flags given (e.g. `enable-iluvatar`), without dashes."""
 
     @property
     def nvidia(self) -> NvidiaConfig:
         return self.device_config.nvidia
 
+    def backends(self) -> BackendRegistry:
+        """Every enabled vendor backend, NVIDIA first."""
+        return self.device_config.backends(self.enabled_vendor_flags)
+
     def vendors(self) -> VendorRegistry:
-        return VendorRegistry([self.nvidia.vendor()])
+        return self.backends().vendors()
+
+
+__all__ = [
+    "CallerAuthSettings",
+    "CorePolicy",
+    "DeviceConfig",
+    "LegacySettings",
+    "NvidiaConfig",
+    "load_device_config",
+    "parse_device_config",
+]

@@ -2,7 +2,11 @@
 
 A faithful port of the rules of HAMi's NVIDIA `Fit` and `fitInDevices`
 (reference/hami-protocol.md §2), written for speed: devices are mutable
-`Slot`s that a caller copies per attempt.
+`Slot`s that a caller copies per attempt. NVIDIA's Fit is also HAMi's
+"standard Fit" of most other vendors (Hygon, Iluvatar, ...): their devices
+carry no cordons and no quota applies to them, and the topology-aware policy
+only reaches vendors whose adapter says so. A vendor whose Fit differs
+supplies its own (`VendorAdapter.fit`).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class Grant:
     memory_mib: int
     cores: int
     index: int
+    device_type: str = ""
+    """The `Type` the pod annotation names; empty: the vendor (request Type). AMD's
+    Fit names the card's registered type instead."""
 
 
 ContainerGrants = tuple[Grant, ...]
@@ -138,7 +145,8 @@ def fit_container(
         )
         if request.count > len(ordered):
             return None, reasons.NODE_INSUFFICIENT_DEVICE
-        picks, reason = fit_request(ordered, request, ctx, [*earlier, tuple(granted)])
+        fit = vendor.fit or fit_request
+        picks, reason = fit(ordered, request, ctx, [*earlier, tuple(granted)])
         if picks is None:
             return None, reason
         by_id = {slot.device.id: slot for slot in ordered}
@@ -157,9 +165,9 @@ def fit_request(
     ctx: FitContext,
     earlier: Sequence[ContainerGrants],
 ) -> tuple[list[Grant] | None, str]:
-    """HAMi's NVIDIA Fit over policy-sorted devices, trying the tail first."""
+    """HAMi's NVIDIA (standard) Fit over policy-sorted devices, trying the tail first."""
     filters = request.filters
-    topology = ctx.policy.topology
+    topology = ctx.policy.topology and ctx.vendors.get(request.vendor).topology_aware
     wanted = remaining = request.count
     cores = request.cores
     previous_numa: int | None = None

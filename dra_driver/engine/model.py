@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 DEFAULT_SPLIT_COUNT = 10
 HAMI_CORE_MODE = "hami-core"
@@ -26,6 +27,9 @@ class Device:
     numa: int = 0
     healthy: bool = True
     mode: str = HAMI_CORE_MODE
+    custom_info: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Vendor facts a vendor's own Fit or score reads (HAMi's DeviceInfo.CustomInfo,
+    e.g. Ascend's NetworkID); the standard Fit ignores it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,17 @@
 """A node's refusal of a pod, counted one device request at a time.
 
 For a container that asks for one vendor request without NUMA binding or a
-namespace quota, HAMi's Fit judges each device on its own: which check a
-device fails does not depend on the devices taken before it, and a refusal
-walks every device. The refusal's `k/N Reason` counts are then the same in
-any device order, so they can be counted without scoring, sorting or copying
-the node. Devices are judged by their `DeviceFacts`, and devices with equal
-facts share one verdict per decision. Init containers and the first app
-container are fitted on the node as it is, so each of them can be judged
-this way, in HAMi's order, until one refuses: that refusal is the node's.
-This is what makes a decision that fits nowhere cheap on large clusters; a
-node that takes the judged containers gets the full fit.
+namespace quota, of a vendor with HAMi's standard Fit, that Fit judges each
+device on its own: which check a device fails does not depend on the devices
+taken before it, and a refusal walks every device. The refusal's `k/N Reason`
+counts are then the same in any device order, so they can be counted without
+scoring, sorting or copying the node. Devices are judged by their
+`DeviceFacts`, and devices with equal facts share one verdict per decision.
+Init containers and the first app container are fitted on the node as it is,
+so each of them can be judged this way, in HAMi's order, until one refuses:
+that refusal is the node's. This is what makes a decision that fits nowhere
+cheap on large clusters; a node that takes the judged containers gets the
+full fit.
 """
 
 from __future__ import annotations
@@ -141,7 +142,10 @@ class SingleRequestJudge:
             return None
         if quota is not None and (namespace, request.vendor) in quota.quotas:
             return None
-        return cls(request, vendors.get(request.vendor), policy)
+        vendor = vendors.get(request.vendor)
+        if vendor.fit is not None:
+            return None
+        return cls(request, vendor, policy)
 
     def refusal(self, facts: Sequence[DeviceFacts], ids: Sequence[str]) -> str | None:
         """HAMi's reason for a node with these devices (`facts`, `ids` in the same

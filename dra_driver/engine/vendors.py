@@ -1,17 +1,76 @@
-"""Vendor adapters: what differs between HAMi's device families.
+"""Vendor adapters: what differs between HAMi's device families, as the engine sees it.
 
-The fit and score rules are shared; an adapter names the vendor's request type,
-its Kubernetes resource names and annotation keys, and how a registered device
-type is recognised. Adding one of HAMi's other vendors is one more instance.
+An adapter names the vendor's request type, its Kubernetes resource names and
+annotation keys, and how a registered device type is recognised. Most of
+HAMi's vendors share NVIDIA's request reading and its "standard Fit"; the few
+that differ plug in a hook (`read_request`, `fit`, `score`) instead of a copy
+of the NVIDIA path. The legacy scheduler's side of a vendor (node and pod
+annotations, webhook, lock) is its backend in `dra_driver.engine.vendor_backends`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from api import hami_annotations as keys
 from dra_driver.errors import InvalidParameterError
+
+if TYPE_CHECKING:
+    from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+    from dra_driver.engine.model import Node
+    from dra_driver.engine.requests import ContainerRequest, DeviceRequest
+
+
+class RequestReader(Protocol):
+    """A vendor's GenerateResourceRequests: one container's request of this vendor.
+
+    `container` is the container object as the API returns it, `annotations`
+    the pod's; `where` is the container's field path for error messages. Returns
+    None when the container asks for nothing of this vendor, or when HAMi drops
+    the request (then the reason, prefixed with the field, goes to `dropped`).
+    A value HAMi's webhook refuses raises InvalidParameterError naming the field.
+    """
+
+    def __call__(
+        self,
+        container: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        where: str,
+        dropped: list[str] | None,
+    ) -> DeviceRequest | None: ...
+
+
+class DeviceFit(Protocol):
+    """A vendor's Fit over its devices on one node, sorted by policy (Fit walks the
+    tail first): the grants, or None and HAMi's `k/N Reason` string. It reads
+    the slots and must not change them; the caller charges the grants."""
+
+    def __call__(
+        self,
+        slots: Sequence[Slot],
+        request: DeviceRequest,
+        ctx: FitContext,
+        earlier: Sequence[ContainerGrants],
+    ) -> tuple[list[Grant] | None, str]: ...
+
+
+class NodeScorer(Protocol):
+    """A vendor's ScoreNode: added to the node's score once the pod fits there.
+
+    `grants` are the pod's grants of this vendor per container (init first),
+    `container_requests` the pod's requests in the same order, `node_policy`
+    `binpack` or `spread`. HAMi's default (and NVIDIA's) is 0.
+    """
+
+    def __call__(
+        self,
+        node: Node,
+        grants: Sequence[ContainerGrants],
+        container_requests: Sequence[ContainerRequest],
+        node_policy: str,
+    ) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +104,13 @@ class AnnotationKeys:
 
 @dataclass(frozen=True, slots=True)
 class VendorAdapter:
-    """One device family. `name` is HAMi's request Type (e.g. `NVIDIA`)."""
+    """One device family. `name` is HAMi's request Type (e.g. `NVIDIA`).
+
+    `default_count`, `default_memory_mib` and `default_cores` are what NVIDIA's
+    request reading and webhook fill in; a vendor with its own `read_request`
+    applies its own defaults there. `topology_aware`: the `topology-aware` GPU
+    policy applies (NVIDIA's Fit honours it; the other vendors' Fits ignore it).
+    """
 
     name: str
     common_word: str
@@ -55,6 +120,13 @@ class VendorAdapter:
     default_count: int = 1
     default_memory_mib: int = 0
     default_cores: int = 0
+    topology_aware: bool = False
+    read_request: RequestReader | None = None
+    """None: NVIDIA's reading (`dra_driver.objects.pod_workloads`), webhook defaults included."""
+    fit: DeviceFit | None = None
+    """None: HAMi's standard Fit (`dra_driver.engine.fit.fit_request`)."""
+    score: NodeScorer | None = None
+    """None: ScoreNode is 0, as for NVIDIA."""
 
     def matches(self, device_type: str) -> bool:
         """HAMi's getNodeResources: the device type contains the vendor name."""
@@ -81,6 +153,7 @@ NVIDIA = VendorAdapter(
         devices_to_allocate=keys.VGPU_DEVICES_TO_ALLOCATE,
         devices_allocated=keys.VGPU_DEVICES_ALLOCATED,
     ),
+    topology_aware=True,
 )
 
 MOCK = VendorAdapter(
@@ -102,6 +175,7 @@ MOCK = VendorAdapter(
         devices_to_allocate="hami.io/mock-devices-to-allocate",
         devices_allocated="hami.io/mock-devices-allocated",
     ),
+    topology_aware=True,
 )
 
 
@@ -113,6 +187,9 @@ class VendorRegistry:
 
     def __iter__(self):
         return iter(self._by_name.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
 
     def get(self, name: str) -> VendorAdapter:
         try:

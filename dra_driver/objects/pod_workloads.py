@@ -83,6 +83,10 @@ def container_request(
 ) -> ContainerRequest:
     """One container's requests, one per vendor that it asks for.
 
+    A vendor with its own `read_request` reads the container itself (its
+    webhook's changes, if any, are its backend's); the others are read as
+    NVIDIA's GenerateResourceRequests reads them, after NVIDIA's webhook
+    defaults when `admission_defaults` is set.
     A vendor request HAMi's GenerateResourceRequests drops (a memory amount
     that is not a whole number of MiB within int32 after `memoryFactor`)
     yields nothing for that vendor; when `dropped` is given, the reason,
@@ -93,9 +97,12 @@ def container_request(
     requests = dict(resources.get("requests") or {})
     result = []
     for vendor in vendors:
-        if admission_defaults:
-            limits.update(admission_limits(vendor, limits, requests, where))
-        request = _vendor_request(vendor, limits, requests, annotations, where, dropped)
+        if vendor.read_request is not None:
+            request = vendor.read_request(container, annotations, where, dropped)
+        else:
+            if admission_defaults:
+                limits.update(admission_limits(vendor, limits, requests, where))
+            request = _vendor_request(vendor, limits, requests, annotations, where, dropped)
         if request is not None:
             result.append(request)
     return tuple(result)
