@@ -101,7 +101,9 @@ def test_decode_json_is_lenient_where_go_is() -> None:
         '[{"ID":"GPU-a","Index":2,"count":4,"devmem":null,"devicevendor":"NVIDIA",'
         '"custominfo":{"x":1},"Health":true}]'
     )
-    assert decode_node_devices(value) == [RegisteredDevice("GPU-a", index=2, count=4, health=True)]
+    assert decode_node_devices(value) == [
+        RegisteredDevice("GPU-a", index=2, count=4, health=True, custom_info={"x": 1})
+    ]
     assert decode_node_devices("null") == []
     assert decode_node_devices("  []  ") == []
 
