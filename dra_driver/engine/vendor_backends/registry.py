@@ -19,12 +19,17 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from dra_driver.engine.vendor_backends import nvidia
+from dra_driver.engine.vendor_backends import aws_neuron, enflame_drs, kunlun, nvidia
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 
-FAMILIES: tuple[BackendFamily, ...] = (nvidia.FAMILY,)
+FAMILIES: tuple[BackendFamily, ...] = (
+    nvidia.FAMILY,
+    enflame_drs.FAMILY,
+    kunlun.FAMILY,
+    aws_neuron.FAMILY,
+)
 """Every vendor, in the order HAMi initialises them; one line per vendor module."""
 
 ENABLE_FLAGS: frozenset[str] = frozenset(f.enable_flag for f in FAMILIES if f.enable_flag)
