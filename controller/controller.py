@@ -53,6 +53,7 @@ from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.api_time import api_time
+from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.process.runtime import cancel_and_wait
 
@@ -84,7 +85,7 @@ class Controller:
         self.settings = settings
         self.metrics = metrics
         self.recorder = recorder
-        self.vendors = vendors or VendorRegistry()
+        self.vendors = vendors or dra_vendor_registry()
         self.clock = clock
         self.ready = asyncio.Event()
         self.view = ClusterView(client, settings, self.vendors, recorder)

@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_vendors import DraVendor
 from kubeletplugin.prepare_plan import ClaimPlan, base_request
+from kubeletplugin.vendor_env import share_env
 from libvgpu.cache_paths import CacheLocation
 from libvgpu.container_edits import (
     ContainerEdits,
@@ -131,7 +133,7 @@ def view_cache(cache: CacheLocation, index: int) -> CacheLocation:
     return replace(cache, file_name=f"{stem}-{index}{suffix}")
 
 
-def _view_shares(plan: ClaimPlan, view: ClaimView, cache: CacheLocation) -> ShareSet:
+def _merged_shares(plan: ClaimPlan, view: ClaimView) -> tuple[DeviceShare, ...]:
     """The view's GPUs, each with the sum of its grants (two requests may share a GPU)."""
     merged: dict[str, DeviceShare] = {}
     for grant in (plan.grants[i] for i in view.grants):
@@ -141,8 +143,12 @@ def _view_shares(plan: ClaimPlan, view: ClaimView, cache: CacheLocation) -> Shar
         merged[grant.gpu.uuid] = DeviceShare(
             grant.gpu.uuid, grant.gpu.index, memory, min(cores, 100) or None
         )
+    return tuple(merged.values())
+
+
+def _view_shares(plan: ClaimPlan, view: ClaimView, cache: CacheLocation) -> ShareSet:
     return ShareSet(
-        devices=tuple(merged.values()),
+        devices=_merged_shares(plan, view),
         cache=cache,
         policy=plan.policy,
         priority=plan.priority,
@@ -186,4 +192,21 @@ def build_claim_edits(
         per_grant=tuple(
             ContainerEdits(env=tuple(per_grant[i]), mounts=()) for i in range(len(plan.grants))
         ),
+    )
+
+
+def build_vendor_claim_edits(
+    plan: ClaimPlan, views: Sequence[ClaimView], vendor: DraVendor
+) -> ClaimEdits:
+    """A non-NVIDIA claim's edits: each view's vendor env on every device of the view, and
+    nothing spec-wide, so a container gets exactly its view's list and limits (no libvgpu
+    mounts: HAMi-core is NVIDIA's)."""
+    per_grant: dict[int, ContainerEdits] = {}
+    for view in views:
+        edits = ContainerEdits(env=share_env(vendor, _merged_shares(plan, view)), mounts=())
+        for i in view.grants:
+            per_grant[i] = edits
+    return ClaimEdits(
+        common=ContainerEdits(env=(), mounts=()),
+        per_grant=tuple(per_grant[i] for i in range(len(plan.grants))),
     )

@@ -1,8 +1,10 @@
-"""What the node's GPUs are: the discovery interface and its two backends.
+"""What the node's GPUs are: the discovery interface and its backends.
 
 NVML (through an injected pynvml-compatible module, so tests can hand in a
-fake module) and `mock` (GPUs described in a small YAML/JSON file, for
-CPU-only nodes, tests and the simulator).
+fake module), AMD SMI (`kubeletplugin.amdsmi_backend`, the same way) and
+`mock`: cards of any family in `dra_driver.objects.dra_vendors` described in a
+small YAML/JSON file with a `vendor` field, for CPU-only nodes, tests and the
+simulator, so every vendor runs without its hardware.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.quantity import QuantityError, to_bytes_ceil
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_vendors import NVIDIA, dra_vendor
 from kubeletplugin.gpu_topology import MAX_NVLINKS, GpuLink, P2PLevel
 from kubeletplugin.nvml_topology import NvmlGpu, read_links
 from libvgpu.host_gpus import nvml_text
@@ -40,6 +43,8 @@ class GpuInfo:
     unhealthy_reason: str = ""
     links: tuple[GpuLink, ...] = ()
     """Its PCIe path and NVLinks to the node's other GPUs; empty when not read."""
+    vendor: str = NVIDIA.id
+    """Its family's id in `dra_driver.objects.dra_vendors` (`nvidia`, `mlu`, `ascend`, ...)."""
 
 
 class GpuBackend(Protocol):
@@ -47,10 +52,14 @@ class GpuBackend(Protocol):
 
     @property
     def has_device_nodes(self) -> bool:
-        """Whether the GPUs have `/dev/nvidia*` nodes a container needs."""
+        """Whether the GPUs have `/dev/nvidia*` nodes a container needs (NVIDIA only: other
+        vendors' device nodes are their runtimes' to add)."""
         ...
 
     def discover(self) -> Sequence[GpuInfo]: ...
+
+
+NVIDIA_MOCK_DRIVER = "550.54.15"
 
 
 class MockLink(BaseModel):
@@ -78,8 +87,12 @@ class MockGpu(BaseModel):
     uuid: str = Field(min_length=1, description="GPU UUID, e.g. `GPU-...`.")
     index: int = Field(ge=0, description="NVML index.")
     minor: int | None = Field(None, ge=0, description="Device minor; unset = the index.")
-    product_name: str = Field("NVIDIA A100-SXM4-80GB", alias="productName")
-    memory: int | str = Field("80Gi", description="Bytes, or a Kubernetes quantity.")
+    product_name: str | None = Field(
+        None, alias="productName", description="Unset = the vendor's default product."
+    )
+    memory: int | str | None = Field(
+        None, description="Bytes, or a Kubernetes quantity; unset = the vendor's default card."
+    )
     numa: int = Field(0, ge=0, description="NUMA node.")
     pci_bus_id: str = Field("", alias="pciBusID")
     healthy: bool = Field(True, description="False publishes the GPU with a NoSchedule taint.")
@@ -98,7 +111,14 @@ class MockGpuFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    driver_version: str = Field("550.54.15", alias="driverVersion")
+    vendor: str = Field(
+        NVIDIA.id,
+        description="The cards' family: nvidia, mlu, dcu, ascend, iluvatar, metax, mthreads, "
+        "gcu, xpu, neuron, amd, vastai or biren (dra_driver/objects/dra_vendors.py).",
+    )
+    driver_version: str | None = Field(
+        None, alias="driverVersion", description="Unset: 550.54.15 for NVIDIA, none otherwise."
+    )
     cuda_driver_version: str = Field("12.4", alias="cudaDriverVersion")
     compute_capability: str = Field("8.0", alias="cudaComputeCapability")
     gpus: list[MockGpu] = Field(default_factory=list, description="One entry per GPU.")
@@ -123,10 +143,14 @@ class MockBackend:
             raise InvalidParameterError(str(self.path), f"cannot read: {error.strerror}") from None
         except (yaml.YAMLError, ValidationError) as error:
             raise InvalidParameterError(str(self.path), f"not a mock GPU file: {error}") from None
+        vendor = dra_vendor(spec.vendor, f"{self.path}: vendor")
+        cuda = vendor is NVIDIA
         gpus = []
         for position, gpu in enumerate(spec.gpus):
             try:
-                memory = to_bytes_ceil(str(gpu.memory))
+                memory = (
+                    vendor.memory_bytes if gpu.memory is None else to_bytes_ceil(str(gpu.memory))
+                )
             except QuantityError as error:
                 raise InvalidParameterError(
                     f"{self.path}: gpus[{position}].memory", error.reason
@@ -136,16 +160,21 @@ class MockBackend:
                     uuid=gpu.uuid,
                     index=gpu.index,
                     minor=gpu.index if gpu.minor is None else gpu.minor,
-                    product_name=gpu.product_name,
+                    product_name=gpu.product_name or vendor.product,
                     memory_bytes=memory,
                     numa_node=gpu.numa,
                     pci_bus_id=gpu.pci_bus_id,
-                    driver_version=spec.driver_version,
-                    cuda_driver_version=spec.cuda_driver_version,
-                    compute_capability=spec.compute_capability,
+                    driver_version=(
+                        spec.driver_version
+                        if spec.driver_version is not None
+                        else (NVIDIA_MOCK_DRIVER if cuda else "")
+                    ),
+                    cuda_driver_version=spec.cuda_driver_version if cuda else "",
+                    compute_capability=spec.compute_capability if cuda else "",
                     healthy=gpu.healthy,
                     unhealthy_reason=gpu.unhealthy_reason,
                     links=tuple(GpuLink(ln.peer, ln.p2p, ln.nvlinks) for ln in gpu.links),
+                    vendor=vendor.id,
                 )
             )
         return gpus

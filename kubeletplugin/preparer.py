@@ -31,6 +31,7 @@ from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
+from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
@@ -42,7 +43,13 @@ from kubeletplugin.checkpoint import (
     PreparedDevice,
     PrepareState,
 )
-from kubeletplugin.claim_layout import ClaimView, ContainerUse, build_claim_edits, plan_views
+from kubeletplugin.claim_layout import (
+    ClaimView,
+    ContainerUse,
+    build_claim_edits,
+    build_vendor_claim_edits,
+    plan_views,
+)
 from kubeletplugin.host_files import check_libvgpu_files, host_device_nodes
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.prepare_plan import (
@@ -368,16 +375,21 @@ class ClaimPreparer:
     ) -> tuple[PreparedDevice, ...]:
         """The side effects: cache dir, then CDI spec (in a worker thread); first
         the host files the spec will name, so it applies when the runtime reads it."""
-        paths = self.settings.libvgpu
-        check_libvgpu_files(paths, with_preload=not plan.disable_control)
-        host_nodes = (
-            host_device_nodes(self.settings.dev_dir, (g.gpu.minor for g in plan.grants))
-            if self.settings.with_device_nodes
-            else None
-        )
-        cache = claim_cache_location(paths, plan.uid, nonce)
-        create_cache_dir(cache, paths, self.settings.cache_dirs)
-        edits = build_claim_edits(plan, views, cache, paths)
+        vendor = plan_vendor(plan)
+        host_nodes = None
+        if vendor is not NVIDIA:
+            edits = build_vendor_claim_edits(plan, views, vendor)
+        else:
+            paths = self.settings.libvgpu
+            check_libvgpu_files(paths, with_preload=not plan.disable_control)
+            host_nodes = (
+                host_device_nodes(self.settings.dev_dir, (g.gpu.minor for g in plan.grants))
+                if self.settings.with_device_nodes
+                else None
+            )
+            cache = claim_cache_location(paths, plan.uid, nonce)
+            create_cache_dir(cache, paths, self.settings.cache_dirs)
+            edits = build_claim_edits(plan, views, cache, paths)
         spec = build_claim_spec(
             plan.uid,
             [
@@ -388,7 +400,7 @@ class ClaimPreparer:
             host_nodes=host_nodes,
         )
         self.cdi.write_claim_spec(spec)
-        prefix = self.settings.nvidia_cdi_prefix
+        prefix = self.settings.nvidia_cdi_prefix if vendor is NVIDIA else ""
         return tuple(
             PreparedDevice(
                 request_names=(base_request(grant.request),) if grant.request else (),
@@ -449,6 +461,19 @@ class ClaimPreparer:
             except InvalidParameterError:
                 continue
         return uids
+
+
+def plan_vendor(plan: ClaimPlan) -> DraVendor:
+    """The family of the claim's cards on this node; a node's plugin serves one family, so
+    cards of two families in one claim's results mean a broken inventory."""
+    found = {grant.gpu.vendor for grant in plan.grants}
+    if len(found) > 1:
+        raise InvalidParameterError(
+            "status.allocation.devices.results",
+            f"claim {plan.namespace}/{plan.name} ({plan.uid}) has cards of several vendors "
+            f"here ({', '.join(sorted(found))}); one plugin serves one family",
+        )
+    return dra_vendor(found.pop() if found else NVIDIA.id)
 
 
 def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths) -> None:

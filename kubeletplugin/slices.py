@@ -13,6 +13,13 @@ One pool per node (pool name = node name), one device per GPU named
 The defaults are what an allocation consumes when its claim does not ask:
 a claim without a memory request gets the whole card's memory, the same as a
 count-only HAMi request, so the controller and kube-scheduler agree.
+
+Every family of `dra_driver.objects.dra_vendors` is published the same way,
+with its HAMi request type as the `vendor` attribute (what its DeviceClass
+selects), its device `type`, `coreUnit` (what `cores` is a percentage of), and
+its rules as request policies: an exclusive family's cards are one share that
+takes all memory and cores; a family with memory tiers or core steps lists
+them as `validValues`, so every allocator rounds a request up to one.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.quantity import MIB
+from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
 from kubeletplugin.gpus import GpuInfo
 
 MAX_DEVICES_PER_SLICE = 128
@@ -59,9 +67,8 @@ def device_name(gpu: GpuInfo) -> str:
 
 
 def vendor_type(product_name: str) -> str:
-    """HAMi's device type string: the model with `NVIDIA-` in front, no spaces."""
-    name = product_name.strip().replace(" ", "-")
-    return name if name.upper().startswith("NVIDIA") else f"NVIDIA-{name}"
+    """HAMi's NVIDIA device type string: the model with `NVIDIA-` in front, no spaces."""
+    return NVIDIA.device_type(product_name)
 
 
 def semver(version: str) -> str:
@@ -72,45 +79,62 @@ def semver(version: str) -> str:
     return ".".join(parts[:3])
 
 
+def _memory_capacity(memory: int, vendor: DraVendor) -> dict[str, Any]:
+    if vendor.exclusive:
+        policy: dict[str, Any] = {"default": str(memory), "validValues": [str(memory)]}
+    elif vendor.memory_tiers:
+        tiers = sorted({memory * tier // 1000 // MIB * MIB for tier in vendor.memory_tiers})
+        policy = {"default": str(memory), "validValues": [*map(str, tiers), str(memory)]}
+    else:
+        policy = {
+            "default": str(memory),
+            "validRange": {"min": str(MIB), "max": str(memory), "step": str(MIB)},
+        }
+    return {"value": str(memory), "requestPolicy": policy}
+
+
+def _cores_capacity(cores: int, vendor: DraVendor) -> dict[str, Any]:
+    if vendor.exclusive:
+        policy: dict[str, Any] = {"default": str(cores), "validValues": [str(cores)]}
+    elif vendor.core_steps:
+        steps = [str(cores * step // 100) for step in vendor.core_steps]
+        policy = {"default": steps[0], "validValues": steps}
+    else:
+        policy = {"default": "0", "validRange": {"min": "0", "max": str(cores), "step": "1"}}
+    return {"value": str(cores), "requestPolicy": policy}
+
+
 def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
+    vendor = dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")
     memory = int(gpu.memory_bytes * settings.memory_scaling) // MIB * MIB
     cores = int(100 * settings.core_scaling)
     attributes: dict[str, Any] = {
-        "vendor": {"string": "NVIDIA"},
-        "type": {"string": vendor_type(gpu.product_name)},
+        "vendor": {"string": vendor.request_type},
+        "type": {"string": vendor.device_type(gpu.product_name)},
         "productName": {"string": gpu.product_name},
         "uuid": {"string": gpu.uuid},
         "index": {"int": gpu.index},
         "minor": {"int": gpu.minor},
         "numa": {"int": gpu.numa_node},
     }
+    if vendor is not NVIDIA:
+        attributes["coreUnit"] = {"string": vendor.core_unit}
     if gpu.pci_bus_id:
         attributes["pciBusID"] = {"string": gpu.pci_bus_id}
     if gpu.driver_version:
         attributes["driverVersion"] = {"version": semver(gpu.driver_version)}
     if gpu.compute_capability:
         attributes["cudaComputeCapability"] = {"version": semver(gpu.compute_capability)}
+    shares = 1 if vendor.exclusive else settings.split_count
     device: dict[str, Any] = {
         "name": device_name(gpu),
         "allowMultipleAllocations": True,
         "attributes": attributes,
         "capacity": {
-            "memory": {
-                "value": str(memory),
-                "requestPolicy": {
-                    "default": str(memory),
-                    "validRange": {"min": str(MIB), "max": str(memory), "step": str(MIB)},
-                },
-            },
-            "cores": {
-                "value": str(cores),
-                "requestPolicy": {
-                    "default": "0",
-                    "validRange": {"min": "0", "max": str(cores), "step": "1"},
-                },
-            },
+            "memory": _memory_capacity(memory, vendor),
+            "cores": _cores_capacity(cores, vendor),
             "shares": {
-                "value": str(settings.split_count),
+                "value": str(shares),
                 "requestPolicy": {"default": "1", "validValues": ["1"]},
             },
         },

@@ -45,7 +45,28 @@ def register(commands: Subcommands) -> None:
         "ResourceClaims, ConfigMaps, Pods and TamperAttempts (repeatable); none: the bundled "
         "examples/ of the mode; examples/tamper: a tenant's attempts to lift or forge a share",
     )
-    simulate.add_argument("--nodes", type=int, env="SIMULATE_NODES", default=3)
+    simulate.add_argument(
+        "--nodes",
+        type=int,
+        env="SIMULATE_NODES",
+        default=3,
+        help="NVIDIA nodes (legacy mode: every node)",
+    )
+    simulate.add_argument(
+        "--vendors",
+        type=_vendor_list,
+        env="SIMULATE_VENDORS",
+        help="DRA modes: comma-separated families whose nodes the cluster has (nvidia, mlu, "
+        "dcu, ascend, iluvatar, metax, mthreads, gcu, xpu, neuron, amd, vastai, biren), each "
+        "selected by its DeviceClass <vendor>.vgpu.hami.io; default: every one of them",
+    )
+    simulate.add_argument(
+        "--vendor-nodes",
+        type=int,
+        env="SIMULATE_VENDOR_NODES",
+        default=1,
+        help="nodes of each family other than NVIDIA",
+    )
     simulate.add_argument("--gpus-per-node", type=int, env="SIMULATE_GPUS_PER_NODE", default=4)
     simulate.add_argument(
         "--timeout",
@@ -66,15 +87,34 @@ def register(commands: Subcommands) -> None:
     simulate.set_defaults(handler=_simulate)
 
 
+def _vendor_list(text: str) -> tuple[str, ...]:
+    """`nvidia,ascend,mlu` -> the ids, each checked against the families DRA serves."""
+    from dra_driver.errors import InvalidParameterError
+    from dra_driver.objects.dra_vendors import dra_vendor
+
+    ids = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not ids:
+        raise argparse.ArgumentTypeError("names no vendor")
+    try:
+        return tuple(dra_vendor(vendor_id, "--vendors").id for vendor_id in ids)
+    except InvalidParameterError as error:
+        raise argparse.ArgumentTypeError(error.reason) from None
+
+
 def _simulate(args: argparse.Namespace) -> int:
     # gRPC's C core logs connection teardown at INFO to stderr; the report is the output.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     from simulator.run import run_simulation
-    from simulator.settings import ClusterShape, Mode, SimulationSettings
+    from simulator.settings import DEFAULT_VENDORS, ClusterShape, Mode, SimulationSettings
 
     settings = SimulationSettings(
         mode=Mode(args.mode),
-        shape=ClusterShape(nodes=args.nodes, gpus_per_node=args.gpus_per_node),
+        shape=ClusterShape(
+            nodes=args.nodes,
+            vendors=args.vendors or DEFAULT_VENDORS,
+            vendor_nodes=args.vendor_nodes,
+            gpus_per_node=args.gpus_per_node,
+        ),
         scenario=tuple(args.scenario or ()),
         settle_timeout_s=args.timeout,
         work_dir=args.work_dir,

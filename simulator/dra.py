@@ -76,13 +76,13 @@ async def dra_cluster(
             for device_class in device_classes():
                 await client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
             controller_allocated = settings.mode is Mode.DRA
-            for index in range(settings.shape.nodes):
-                step(f"starting kubelet plugin on {settings.shape.node_name(index)}")
+            for family_node in settings.shape.family_nodes():
+                step(f"starting kubelet plugin on {family_node.name}")
                 node = await start_node(
                     identities,
                     settings.shape,
-                    index,
-                    root / settings.shape.node_name(index),
+                    family_node,
+                    root / family_node.name,
                     controller_allocated=controller_allocated,
                 )
                 cluster.nodes.append(node)

@@ -1,4 +1,5 @@
-"""One emulated GPU node: a Node object, mock GPUs, and the real kubelet plugin serving it.
+"""One emulated GPU node: a Node object, mock cards of one family, and the real kubelet
+plugin serving it.
 
 Everything a node needs on its host lives under one temporary root: the mock
 GPU file, the libvgpu files `install-libvgpu` would have placed, the plugin's
@@ -21,7 +22,7 @@ from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
 from simulator.identities import Identities, kubelet, kubelet_plugin
-from simulator.settings import ClusterShape
+from simulator.settings import ClusterShape, FamilyNode
 from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
 from simulator.standins.kubelet_pods import KubeletPods
 
@@ -48,6 +49,26 @@ def mock_gpu_file(shape: ClusterShape, node_index: int) -> dict[str, Any]:
             }
             for index in range(shape.gpus_per_node)
         ]
+    }
+
+
+def family_gpu_file(shape: ClusterShape, node: FamilyNode) -> dict[str, Any]:
+    """The node's mock file: NVIDIA's as it always was, another family's cards with its
+    `vendor` (the backend fills in the family's product and memory) and uuids of its own."""
+    if node.vendor == "nvidia":
+        return mock_gpu_file(shape, node.index)
+    prefix = node.vendor.upper()
+    return {
+        "vendor": node.vendor,
+        "gpus": [
+            {
+                "uuid": f"{prefix}-5100e000-0000-4000-8000-{node.position:06x}{index:06x}",
+                "index": index,
+                "numa": index // GPUS_PER_NUMA_NODE,
+                "pciBusID": f"0000:{0x10 + index:02x}:00.0",
+            }
+            for index in range(shape.gpus_per_node)
+        ],
     }
 
 
@@ -122,17 +143,17 @@ class SimNode:
 async def start_node(
     identities: Identities,
     shape: ClusterShape,
-    index: int,
+    node: FamilyNode,
     root: Path,
     *,
     controller_allocated: bool,
 ) -> SimNode:
     """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`,
     each under the identity deploy/ gives it (the plugin's token bound to the node)."""
-    name = shape.node_name(index)
+    name = node.name
     root.mkdir(parents=True)
-    (root / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(shape, index)))
-    (root / "boot_id").write_text(f"sim-boot-{index}\n")
+    (root / "gpus.yaml").write_text(yaml.safe_dump(family_gpu_file(shape, node)))
+    (root / "boot_id").write_text(f"sim-boot-{node.position}\n")
     settings = PluginSettings(
         node_name=name,
         slices=SliceSettings(

@@ -23,9 +23,50 @@ class Mode(StrEnum):
     """Device-plugin path: webhook, extender /filter and /bind, device plugin Allocate."""
 
 
+DEFAULT_VENDORS = (
+    "nvidia",
+    "mlu",
+    "dcu",
+    "ascend",
+    "iluvatar",
+    "metax",
+    "mthreads",
+    "gcu",
+    "xpu",
+    "neuron",
+    "amd",
+    "vastai",
+    "biren",
+)
+"""The default DRA cluster: every family of `dra_driver.objects.dra_vendors`."""
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyNode:
+    """One emulated node of the DRA cluster: its family and its place."""
+
+    vendor: str
+    index: int
+    """Its number among the family's nodes."""
+    position: int
+    """Its number among all nodes (keeps mock uuids unique across families)."""
+
+    @property
+    def name(self) -> str:
+        """NVIDIA nodes keep the names they always had (`sim-node-<i>`); others `sim-<id>-<i>`."""
+        if self.vendor == "nvidia":
+            return f"sim-node-{self.index}"
+        return f"sim-{self.vendor}-{self.index}"
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterShape:
     nodes: int = 3
+    """NVIDIA nodes (in legacy mode, every node: the device plugin path is NVIDIA's here)."""
+    vendors: tuple[str, ...] = DEFAULT_VENDORS
+    """DRA modes: the families whose nodes the cluster has, NVIDIA's first."""
+    vendor_nodes: int = 1
+    """DRA modes: nodes of each family other than NVIDIA."""
     gpus_per_node: int = 4
     gpu_memory_bytes: int = 80 * GIB
     """Memory of each mock GPU (the default is an 80 GiB card)."""
@@ -35,6 +76,14 @@ class ClusterShape:
 
     def node_name(self, index: int) -> str:
         return f"sim-node-{index}"
+
+    def family_nodes(self) -> tuple[FamilyNode, ...]:
+        """The DRA cluster's nodes: `nodes` of NVIDIA, `vendor_nodes` of each other family."""
+        found: list[FamilyNode] = []
+        for vendor in dict.fromkeys(self.vendors):
+            count = self.nodes if vendor == "nvidia" else self.vendor_nodes
+            found += [FamilyNode(vendor, i, len(found) + i) for i in range(count)]
+        return tuple(found)
 
 
 @contextlib.contextmanager

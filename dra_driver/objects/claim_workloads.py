@@ -22,13 +22,11 @@ from dra_driver.engine.requests import (
 )
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_vendors import class_vendors
 
 DRIVER_NAME = "vgpu.hami.io"
-DEVICE_CLASSES: Mapping[str, str] = {
-    "nvidia.vgpu.hami.io": "NVIDIA",
-    "mock.vgpu.hami.io": "MOCK",
-}
-"""DeviceClass name -> vendor: users pick a class per vendor."""
+DEVICE_CLASSES: Mapping[str, str] = {**class_vendors(), "mock.vgpu.hami.io": "MOCK"}
+"""DeviceClass name -> vendor: users pick a class per vendor (`dra_driver.objects.dra_vendors`)."""
 
 
 def claim_request(
