@@ -9,8 +9,11 @@ it makes them, so the watch echo of its annotation patch finds nothing to
 change, and a watch event older than what was applied is ignored, so a late
 one cannot free a share Filter just gave out.
 
-It also plays HAMi's part of the handshake: when a node's register annotation
-or allocatable GPU count changes, it writes `Requesting_<now>` on the node.
+It also plays HAMi's part of the handshake: when a vendor's register annotation
+or allocatable count changes on a node, it writes `Requesting_<now>` to that
+vendor's handshake key (`hami.io/node-handshake` for NVIDIA,
+`hami.io/node-handshake-dcu` for Hygon, ...). Every enabled vendor's devices
+and pod keys are read (`controller.legacy.inventory`, `pod_usage`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ from controller.legacy.config import LegacySettings
 from controller.legacy.inventory import (
     NodeInventory,
     UuidSightings,
-    annotations_of,
-    read_node,
+    read_node_devices,
     requesting_handshake,
 )
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
@@ -39,6 +41,8 @@ from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.vendor_backends.base import annotations_of
+from dra_driver.engine.vendor_backends.registry import BackendRegistry
 from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Informer, InformerSettings, object_key
@@ -68,17 +72,42 @@ def _version_number(version: str) -> int:
         return -1
 
 
-def _node_fingerprint(node: Mapping[str, Any], count_resource: str) -> tuple[Any, ...]:
-    """The parts of a node the inventory depends on (the lock annotation is not one)."""
+def _node_fingerprint(
+    node: Mapping[str, Any], backends: BackendRegistry
+) -> tuple[tuple[Any, ...], ...]:
+    """The parts of a node the inventory depends on (the lock annotation is not one):
+    per vendor its register, handshake and allocatable count, then the cordons
+    and pair scores."""
     annotations = annotations_of(node)
-    allocatable = ((node.get("status") or {}).get("allocatable") or {}).get(count_resource)
-    return (
-        annotations.get(keys.NODE_NVIDIA_REGISTER),
-        annotations.get(keys.NODE_HANDSHAKE),
-        annotations.get(keys.DEVICE_CORDON),
-        annotations.get(keys.NODE_NVIDIA_SCORE),
-        allocatable,
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    per_vendor = tuple(
+        (
+            annotations.get(backend.register_key) if backend.register_key else None,
+            annotations.get(backend.handshake_key) if backend.handshake_key else None,
+            allocatable.get(backend.count_resource),
+        )
+        for backend in backends
     )
+    shared = (annotations.get(keys.DEVICE_CORDON), annotations.get(keys.NODE_NVIDIA_SCORE))
+    return (*per_vendor, shared)
+
+
+def _handshakes_due(
+    backends: BackendRegistry,
+    fingerprint: tuple[tuple[Any, ...], ...],
+    previous: tuple[tuple[Any, ...], ...] | None,
+) -> tuple[str, ...]:
+    """The handshake keys to write `Requesting_` to: each vendor with a handshake whose
+    register annotation is there and new, or whose allocatable count changed."""
+    due = []
+    for position, backend in enumerate(backends):
+        register, _, allocatable = fingerprint[position]
+        if backend.handshake_key is None or register is None:
+            continue
+        before = previous[position] if previous is not None else None
+        if before is None or before[0] != register or before[2] != allocatable:
+            due.append(backend.handshake_key)
+    return tuple(due)
 
 
 class ClusterState:
@@ -102,8 +131,12 @@ class ClusterState:
         process reads nodes for nothing and must not write to them."""
         self.events = events
         """Where node warnings go (device uuids registered twice); None: the log only."""
-        self.vendors = settings.vendors()
+        self.backends = settings.backends()
+        """Every enabled vendor: whose devices nodes are read for and whose pod keys
+        count as usage."""
+        self.vendors = self.backends.vendors()
         self.vendor = settings.nvidia.vendor()
+        """NVIDIA's adapter: the namespace quota (`limits.nvidia.com/gpumem`) is NVIDIA's."""
         self.nodes = Informer(
             client,
             NODES,
@@ -124,12 +157,12 @@ class ClusterState:
         self.lock = asyncio.Lock()
         """Held while a Filter decides and commits, so two pods never get the same share."""
         self.rebuilds = 0
-        self._fingerprints: dict[str, tuple[Any, ...]] = {}
+        self._fingerprints: dict[str, tuple[tuple[Any, ...], ...]] = {}
         self._engine: Engine | None = None
         self._versions: dict[str, int] = {}
         """Per pod, the newest resourceVersion applied (or _PENDING while Filter's
         own write is in flight): an older event is stale and ignored."""
-        self._handshakes: asyncio.Queue[str] = asyncio.Queue()
+        self._handshakes: asyncio.Queue[tuple[str, tuple[str, ...]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle
@@ -270,28 +303,19 @@ class ClusterState:
             if self.inventory.pop(name, None) is not None and self._engine is not None:
                 self._engine.remove_node(name)
             return
-        fingerprint = _node_fingerprint(node, self.vendor.resources.count)
+        fingerprint = _node_fingerprint(node, self.backends)
         previous = self._fingerprints.get(name)
         if previous == fingerprint:
             return
         self._fingerprints[name] = fingerprint
-        if (
-            self.write_handshakes
-            and fingerprint[0] is not None
-            and (previous is None or previous[0] != fingerprint[0] or previous[4] != fingerprint[4])
-        ):
-            self._handshakes.put_nowait(name)
+        due = _handshakes_due(self.backends, fingerprint, previous)
+        if self.write_handshakes and due:
+            self._handshakes.put_nowait((name, due))
         self._reread(node)
 
     def read(self, node: Mapping[str, Any]) -> NodeInventory:
-        """A Node object read with this scheduler's vendor, clock and health rules."""
-        return read_node(
-            node,
-            self.vendor.resources.count,
-            self.vendor.name,
-            self.clock(),
-            self.settings.handshake_timeout,
-        )
+        """A Node object read with this scheduler's vendors, clock and health rules."""
+        return read_node_devices(node, self.backends, self.clock(), self.settings.handshake_timeout)
 
     def _reread(self, node: Mapping[str, Any]) -> None:
         entry = self.read(node)
@@ -299,6 +323,12 @@ class ClusterState:
             log.warning("node unusable", extra={"node": entry.name, "reason": entry.problem})
         if self.inventory.get(entry.name) == entry:
             return
+        for vendor in entry.vendors if entry.node is not None else ():
+            if vendor.problem and vendor.register_value is not None:
+                log.warning(
+                    "vendor devices unreadable",
+                    extra={"node": entry.name, "vendor": vendor.vendor, "reason": vendor.problem},
+                )
         self.inventory[entry.name] = entry
         previous_duplicates = self.uuids.duplicates()
         self.uuids.update(entry.name, entry.registered_ids)
@@ -328,7 +358,7 @@ class ClusterState:
         allocation = None
         if kind != "DELETED":
             try:
-                allocation = read_pod_allocation(pod, self.vendor.name, self.device_indices)
+                allocation = read_pod_allocation(pod, self.backends, self.device_indices)
             except AnnotationDecodeError as error:
                 log.warning(
                     "pod device annotation unreadable; not counted",
@@ -356,9 +386,9 @@ class ClusterState:
 
     async def _write_handshakes(self) -> None:
         while True:
-            name = await self._handshakes.get()
+            name, handshake_keys = await self._handshakes.get()
             value = requesting_handshake(self.clock())
-            body = {"metadata": {"annotations": {keys.NODE_HANDSHAKE: value}}}
+            body = {"metadata": {"annotations": dict.fromkeys(handshake_keys, value)}}
             try:
                 await self.client.patch(object_path(NODES, name), body)
             except NotFoundError:

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from api import hami_annotations as keys
-from api.hami_annotations import BindPhase, ContainerDevice, encode_pod_devices
+from api.hami_annotations import BindPhase
 from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid
@@ -32,6 +32,7 @@ from dra_driver.engine.engine import Placement
 from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
+from dra_driver.engine.vendor_backends.base import LockKind, LockRule, VendorBackend
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
@@ -129,20 +130,16 @@ def filter_answer(
     }
 
 
-def pod_annotations(placement: Placement, node: str, now: int) -> dict[str, str]:
-    """The annotations HAMi's Filter writes; both device keys carry the same string."""
-    devices = encode_pod_devices(
-        [
-            [ContainerDevice(g.uuid, g.vendor, g.memory_mib, g.cores) for g in container]
-            for container in placement.containers
-        ]
-    )
-    return {
-        keys.VGPU_NODE: node,
-        keys.VGPU_TIME: str(now),
-        keys.VGPU_DEVICES_TO_ALLOCATE: devices,
-        keys.VGPU_DEVICES_ALLOCATED: devices,
-    }
+def pod_annotations(
+    placement: Placement, node: str, now: int, backends: Iterable[VendorBackend]
+) -> dict[str, str]:
+    """The annotations HAMi's Filter writes: the node and time, and each vendor's
+    PatchAnnotations for the devices it was given (NVIDIA: both device keys
+    carry the same string)."""
+    result = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
+    for backend in backends:
+        result.update(backend.pod_annotations(placement.containers))
+    return result
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:
@@ -171,6 +168,8 @@ class Extender:
         self.lock_wait_s = state.settings.node_lock_retry_timeout.total_seconds()
         self._bind_queues: dict[str, asyncio.Lock] = {}
         """Per node, this process's binds in arrival order (asyncio.Lock is FIFO)."""
+        self._own_lockers: dict[str, NodeLocker] = {}
+        """Per lock key, the locker of a vendor with a lock of its own."""
         self._node_changes: dict[str, asyncio.Event] = {}
         """Per node a waiting Bind watches, set by the next event of that node."""
         state.nodes.handlers.append(self._on_node)
@@ -270,7 +269,9 @@ class Extender:
         node = placement.node
         body = {
             "metadata": {
-                "annotations": pod_annotations(placement, node, int(time.time())),
+                "annotations": pod_annotations(
+                    placement, node, int(time.time()), self.state.backends
+                ),
                 "labels": {keys.VGPU_NODE: node},
             }
         }
@@ -297,34 +298,69 @@ class Extender:
         if (pod.get("metadata") or {}).get("uid") != args.pod_uid:
             return {"Error": f"pod {name}: uid is not {args.pod_uid}; the pod was replaced"}
         try:
-            needs_lock = self._request(pod).has_devices()
+            request = self._request(pod)
         except InvalidParameterError as error:
             return {"Error": f"pod {name}: {error}"}
         assigned = ((pod.get("metadata") or {}).get("annotations") or {}).get(keys.VGPU_NODE)
-        if needs_lock and assigned != args.node:
+        if request.has_devices() and assigned != args.node:
             # Its device list was chosen on another node (or not at all): binding here
             # would hand the device plugin UUIDs that node does not have.
             where = f"node {assigned}" if assigned else "no node yet"
             return {"Error": f"pod {name}: its GPUs were filtered on {where}, not {args.node}"}
+        lockers = self._lockers_for(request)
+        taken: list[NodeLocker] = []
         try:
-            if needs_lock:
-                await self._lock_node(args)
+            for locker in lockers:
+                await self._lock_node(args, locker)
+                taken.append(locker)
         except DriverError as error:
+            await self._undo(args, taken)
             self._pod_event(pod, WARNING, BINDING_FAILED, str(error))
             log.warning("node lock not taken", extra={"pod": name, "error": str(error)})
             return {"Error": f"pod {name}: {error}"}
         try:
             await self._bind(args)
         except DriverError as error:
-            await self._undo(args, needs_lock)
+            await self._undo(args, taken)
             self._pod_event(pod, WARNING, BINDING_FAILED, str(error))
             log.warning("bind failed", extra={"pod": name, "node": args.node, "error": str(error)})
             return {"Error": f"pod {name}: binding to {args.node}: {error}"}
         log.info("pod bound", extra={"pod": name, "node": args.node})
         return {"Error": ""}
 
-    async def _lock_node(self, args: BindArgs) -> None:
-        """Take the node lock behind this process's earlier binds to the node, waiting
+    def _lockers_for(self, request: PodRequest) -> list[NodeLocker]:
+        """The node locks the pod's vendors take, each once: the shared
+        `hami.io/mutex.lock` for every vendor that uses it (one lock for a
+        multi-vendor pod), then each vendor lock of its own; none for vendors
+        that do not lock."""
+        shared = False
+        own: dict[str, NodeLocker] = {}
+        for backend in self.state.backends:
+            if not backend.needs_lock(request):
+                continue
+            rule = backend.lock
+            if rule.kind is LockKind.SHARED:
+                shared = True
+            elif rule.kind is LockKind.OWN and rule.key and rule.key not in own:
+                own[rule.key] = self._own_locker(rule)
+        return ([self.locker] if shared else []) + list(own.values())
+
+    def _own_locker(self, rule: LockRule) -> NodeLocker:
+        assert rule.key is not None
+        locker = self._own_lockers.get(rule.key)
+        if locker is None:
+            locker = NodeLocker(
+                self.client,
+                key=rule.key,
+                records_owner=rule.records_owner,
+                timeout=rule.expiry or self.locker.timeout,
+                clock=self.locker.clock,
+            )
+            self._own_lockers[rule.key] = locker
+        return locker
+
+    async def _lock_node(self, args: BindArgs, locker: NodeLocker) -> None:
+        """Take a node lock behind this process's earlier binds to the node, waiting
         (bounded) for a holder to release it; NodeLockBusyError when the time is up."""
         deadline = asyncio.get_running_loop().time() + self.lock_wait_s
         queue = self._bind_queues.setdefault(args.node, asyncio.Lock())
@@ -337,16 +373,16 @@ class Extender:
                 f"lock wanted by earlier binds of this scheduler; waited {self.lock_wait_s:g}s",
             ) from None
         try:
-            await self._acquire_when_free(args, deadline)
+            await self._acquire_when_free(args, deadline, locker)
         finally:
             queue.release()
 
-    async def _acquire_when_free(self, args: BindArgs, deadline: float) -> None:
+    async def _acquire_when_free(self, args: BindArgs, deadline: float, locker: NodeLocker) -> None:
         loop = asyncio.get_running_loop()
         while True:
             changed = self._node_changes.setdefault(args.node, asyncio.Event())
             try:
-                await self.locker.acquire(args.node, args.pod_namespace, args.pod_name)
+                await locker.acquire(args.node, args.pod_namespace, args.pod_name)
                 return
             except NodeLockBusyError as error:
                 remaining = deadline - loop.time()
@@ -379,13 +415,12 @@ class Extender:
         }
         await self.client.create(f"{path}/binding", binding)
 
-    async def _undo(self, args: BindArgs, locked: bool) -> None:
-        if not locked:
-            return
-        try:
-            await self.locker.release(args.node, args.pod_namespace, args.pod_name)
-        except DriverError as error:
-            log.warning(
-                "node lock not released after a failed bind",
-                extra={"node": args.node, "pod": args.pod_name, "error": str(error)},
-            )
+    async def _undo(self, args: BindArgs, taken: list[NodeLocker]) -> None:
+        for locker in reversed(taken):
+            try:
+                await locker.release(args.node, args.pod_namespace, args.pod_name)
+            except DriverError as error:
+                log.warning(
+                    "node lock not released after a failed bind",
+                    extra={"node": args.node, "pod": args.pod_name, "error": str(error)},
+                )

@@ -1,13 +1,18 @@
-"""A Node object read the way HAMi's scheduler reads it: registered devices and health.
+"""A Node object read the way HAMi's scheduler reads it: every vendor's devices and health.
 
-Pure: the node is the dict the API returns. The devices come from
-`hami.io/node-nvidia-register` (JSON, or the legacy colon list); a node
-without it is unregistered, a node whose annotation cannot be read is
-unusable with that reason (and never stops scheduling elsewhere). Health
-follows HAMi's CheckHealth: a `Requesting_<time>` handshake older than the
-timeout together with zero allocatable GPUs means the device plugin is gone,
-so every device is unhealthy; a Requesting value without a readable time does
-not count. Reference: hami-protocol.md §5.
+Pure: the node is the dict the API returns. Each enabled vendor backend reads
+its own devices (`VendorBackend.node_devices`: NVIDIA from
+`hami.io/node-nvidia-register`, JSON or the legacy colon list; Hygon from
+`hami.io/node-dcu-register`; ...) and applies HAMi's CheckHealth: a
+`Requesting_<time>` handshake on the vendor's key older than the timeout
+together with nothing of the vendor allocatable means its device plugin is
+gone, so every device of that vendor is unhealthy. The node's devices are the
+union of what every vendor could read; a vendor whose annotation cannot be
+read contributes nothing (and never stops the others or scheduling
+elsewhere), and a node where no vendor has devices is unusable with the first
+vendor's reason. Cordons (`hami.io/device-cordon`) and pair scores are
+NVIDIA's, as only NVIDIA's Fit reads them. Reference: hami-protocol.md §5,
+hami-vendors.md.
 
 A device uuid listed twice in one node's annotation is one card (HAMi's
 device plugin finds a GPU by uuid): it counts once. The same uuid on two
@@ -18,7 +23,7 @@ uuid so the scheduler can report repeats.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,14 +33,19 @@ from api.hami_annotations import (
     AnnotationDecodeError,
     Handshake,
     HandshakePhase,
-    decode_handshake,
-    decode_node_devices,
     decode_pair_scores,
     encode_handshake,
 )
-from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.model import HAMI_CORE_MODE, Device, Node, first_of_each_id
+from dra_driver.engine.model import Node, first_of_each_id
 from dra_driver.engine.reasons import NODE_UNREGISTERED
+from dra_driver.engine.vendor_backends.base import (
+    VendorBackend,
+    VendorNodeDevices,
+    annotations_of,
+    handshake_gone,
+    node_quantity,
+)
+from dra_driver.engine.vendor_backends.nvidia import NvidiaBackend, NvidiaConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,45 +56,29 @@ class NodeInventory:
     node: Node | None
     problem: str = ""
     register_value: str | None = None
+    """The first vendor register annotation the node carries (None: none at all)."""
     allocatable_gpus: int = 0
+    """NVIDIA's `status.allocatable` count (the first vendor's)."""
     registered_ids: tuple[str, ...] = ()
-    """Every registered device id of the vendor, repeats included (for reporting them)."""
+    """Every registered device id of every vendor, repeats included (for reporting them)."""
+    vendors: tuple[VendorNodeDevices, ...] = ()
+    """What each vendor read, in registry order."""
 
 
 def node_name(node: Mapping[str, Any]) -> str:
     return str((node.get("metadata") or {}).get("name") or "")
 
 
-def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
-
-
 def allocatable_count(node: Mapping[str, Any], resource: str) -> int:
     """`status.allocatable[resource]` as an integer; absent or unreadable is 0 (Go's zero)."""
-    raw = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
-    if raw is None:
-        return 0
-    try:
-        return int(parse_quantity(str(raw)))
-    except QuantityError:
-        return 0
+    return node_quantity(node, "allocatable", resource)
 
 
 def device_plugin_gone(
     handshake: str | None, allocatable_gpus: int, now: datetime, timeout: timedelta
 ) -> bool:
     """HAMi's CheckHealth verdict: True when the node's devices are to be treated unhealthy."""
-    if not handshake or not handshake.startswith(HandshakePhase.REQUESTING.value):
-        return False
-    try:
-        parsed = decode_handshake(handshake)
-    except AnnotationDecodeError:
-        return False
-    return (
-        parsed.phase is HandshakePhase.REQUESTING
-        and now - parsed.at > timeout
-        and allocatable_gpus == 0
-    )
+    return handshake_gone(handshake, allocatable_gpus, now, timeout)
 
 
 def requesting_handshake(now: datetime) -> str:
@@ -99,42 +93,53 @@ def read_node(
     now: datetime,
     handshake_timeout: timedelta,
 ) -> NodeInventory:
-    """The node's registered devices of the vendor, with HAMi's health rules applied."""
+    """The node's registered NVIDIA devices, with HAMi's health rules applied
+    (`read_node_devices` with the NVIDIA backend counting `count_resource`)."""
+    backend = NvidiaBackend(NvidiaConfig(resourceCountName=count_resource))
+    if backend.name != vendor_name:
+        raise ValueError(f"read_node reads {backend.name} devices, not {vendor_name}")
+    return read_node_devices(node, (backend,), now, handshake_timeout)
+
+
+def read_node_devices(
+    node: Mapping[str, Any],
+    backends: Iterable[VendorBackend],
+    now: datetime,
+    handshake_timeout: timedelta,
+) -> NodeInventory:
+    """The node's devices of every vendor, with each vendor's health rules applied."""
     name = node_name(node)
     annotations = annotations_of(node)
-    register = annotations.get(keys.NODE_NVIDIA_REGISTER)
-    allocatable = allocatable_count(node, count_resource)
-    if register is None:
-        return NodeInventory(name, None, NODE_UNREGISTERED, None, allocatable)
+    backends = tuple(backends)
+    read = tuple(backend.node_devices(node, now, handshake_timeout) for backend in backends)
+    register = next((v.register_value for v in read if v.register_value is not None), None)
+    allocatable = allocatable_count(node, backends[0].count_resource) if backends else 0
+    usable = [vendor for vendor in read if vendor.usable]
+    if not usable:
+        tried = [vendor.problem for vendor in read if vendor.register_value is not None]
+        problem = tried[0] if tried else NODE_UNREGISTERED
+        return NodeInventory(name, None, problem, register, allocatable, vendors=read)
     try:
-        decoded = decode_node_devices(register)
         scores = (
             decode_pair_scores(annotations[keys.NODE_NVIDIA_SCORE])
             if annotations.get(keys.NODE_NVIDIA_SCORE)
             else {}
         )
     except AnnotationDecodeError as error:
-        return NodeInventory(name, None, f"{NODE_UNREGISTERED}: {error}", register, allocatable)
-    gone = device_plugin_gone(
-        annotations.get(keys.NODE_HANDSHAKE), allocatable, now, handshake_timeout
-    )
-    devices = [
-        Device(
-            id=device.id,
-            index=device.index,
-            type=device.type,
-            count=device.count,
-            memory_mib=device.devmem,
-            cores=device.devcore,
-            numa=device.numa,
-            healthy=device.health and not gone,
-            mode=device.mode or HAMI_CORE_MODE,
+        return NodeInventory(
+            name, None, f"{NODE_UNREGISTERED}: {error}", register, allocatable, vendors=read
         )
-        for device in decoded
-        if vendor_name.lower() in device.type.lower()
-    ]
+    devices = [device for vendor in usable for device in vendor.devices]
+    nvidia_ids = {
+        device.id
+        for vendor in usable
+        if vendor.vendor == keys.NVIDIA_DEVICE_TYPE
+        for device in vendor.devices
+    }
     cordoned = frozenset(
-        item for item in annotations.get(keys.DEVICE_CORDON, "").split(",") if item
+        item
+        for item in annotations.get(keys.DEVICE_CORDON, "").split(",")
+        if item and item in nvidia_ids
     )
     return NodeInventory(
         name,
@@ -143,6 +148,7 @@ def read_node(
         register,
         allocatable,
         tuple(device.id for device in devices),
+        read,
     )
 
 

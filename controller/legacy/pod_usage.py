@@ -1,24 +1,28 @@
 """What a scheduled pod holds, read back from the annotations the extender wrote.
 
 Pure. HAMi's pod cache counts every non-terminated pod that carries
-`hami.io/vgpu-node` by its `hami.io/vgpu-devices-allocated` list, init
-containers collapsed (per device, the larger of the biggest init container
-and the sum of the app containers); once every init container has succeeded
-only the app containers count. Reference: hami-protocol.md §2 (node usage).
+`hami.io/vgpu-node` by the allocated list of every vendor (DecodePodDevices
+over each vendor's key: `hami.io/vgpu-devices-allocated` for NVIDIA,
+`hami.io/dcu-devices-allocated` for Hygon, ...), one entry per container,
+merged container by container; init containers are collapsed (per device,
+the larger of the biggest init container and the sum of the app containers);
+once every init container has succeeded only the app containers count.
+Reference: hami-protocol.md §2 (node usage).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from api import hami_annotations as keys
-from api.hami_annotations import PodDevices, decode_pod_devices
+from api.hami_annotations import PodDevices
 from dra_driver.engine.engine import Placement
 from dra_driver.engine.fit import ContainerGrants, Grant
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.usage import collapse_pod_usage
+from dra_driver.engine.vendor_backends.base import VendorBackend
 
 TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
@@ -57,22 +61,33 @@ def init_containers_done(pod: Mapping[str, Any]) -> bool:
 
 
 def placement_from_devices(
-    node: str, devices: PodDevices, init_count: int, vendor: str, indices: Mapping[str, int]
+    node: str,
+    devices: Iterable[tuple[str, PodDevices]],
+    init_count: int,
+    indices: Mapping[str, int],
 ) -> Placement:
-    """The engine Placement a device list stands for (device indices from the node)."""
-    containers: list[ContainerGrants] = [
-        tuple(
-            Grant(d.uuid, vendor, d.usedmem, d.usedcores, indices.get(d.uuid, 0)) for d in container
-        )
-        for container in devices
-    ]
-    return Placement(node=node, containers=tuple(containers), score=0.0, init_count=init_count)
+    """The engine Placement that per-vendor device lists stand for: container i holds
+    every vendor's entry i (device indices from the node)."""
+    containers: list[list[Grant]] = []
+    for vendor, per_container in devices:
+        for position, container in enumerate(per_container):
+            while len(containers) <= position:
+                containers.append([])
+            containers[position].extend(
+                Grant(d.uuid, vendor, d.usedmem, d.usedcores, indices.get(d.uuid, 0))
+                for d in container
+            )
+    grants: tuple[ContainerGrants, ...] = tuple(tuple(c) for c in containers)
+    return Placement(node=node, containers=grants, score=0.0, init_count=init_count)
 
 
 def read_pod_allocation(
-    pod: Mapping[str, Any], vendor: str, indices_of: Callable[[str], Mapping[str, int]]
+    pod: Mapping[str, Any],
+    backends: Iterable[VendorBackend],
+    indices_of: Callable[[str], Mapping[str, int]],
 ) -> PodAllocation | None:
-    """The pod's allocation, or None when it holds nothing (unscheduled, terminated).
+    """The pod's allocation over every vendor, or None when it holds nothing
+    (unscheduled, terminated).
 
     `indices_of(node)` maps the node's device UUIDs to their indices.
 
@@ -82,14 +97,23 @@ def read_pod_allocation(
     metadata = pod.get("metadata") or {}
     annotations = metadata.get("annotations") or {}
     node = annotations.get(keys.VGPU_NODE)
-    value = annotations.get(keys.VGPU_DEVICES_ALLOCATED)
-    if not node or not value or is_terminated(pod):
+    if not node or is_terminated(pod):
         return None
-    devices = decode_pod_devices(value, keys.VGPU_DEVICES_ALLOCATED)
-    init_count = min(len((pod.get("spec") or {}).get("initContainers") or []), len(devices))
+    per_vendor: list[tuple[str, PodDevices]] = []
+    for backend in backends:
+        devices = backend.allocated_devices(annotations)
+        if devices is not None:
+            per_vendor.append((backend.name, devices))
+    if not per_vendor:
+        return None
+    longest = max(len(devices) for _, devices in per_vendor)
+    init_count = min(len((pod.get("spec") or {}).get("initContainers") or []), longest)
     if init_count and init_containers_done(pod):
-        devices = [[] for _ in range(init_count)] + devices[init_count:]
-    placement = placement_from_devices(node, devices, init_count, vendor, indices_of(node))
+        per_vendor = [
+            (vendor, [[] for _ in range(min(init_count, len(devices)))] + devices[init_count:])
+            for vendor, devices in per_vendor
+        ]
+    placement = placement_from_devices(node, per_vendor, init_count, indices_of(node))
     usage = collapse_pod_usage(placement.containers, init_count)
     if not usage:
         return None

@@ -7,6 +7,8 @@ the lock. A conflict or a lost answer is retried a few times with doubling
 pauses, as HAMi does (5 tries, 100 ms doubling); a retry that finds the pod's
 own lock treats it as held, which is how a lost patch response is survived.
 Used by the extender's Bind and by the device plugin's Allocate (release).
+A vendor with a lock of its own (Cambricon's `cambricon.com/dsmlu.lock`, a bare
+time) gets a locker on its key that records no owner.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from api.hami_annotations import NODE_LOCK
+from api.hami_annotations import NODE_LOCK, NodeLock, encode_node_lock
 from dra_driver.kube.rest import (
     ConflictError,
     KubeClient,
@@ -49,7 +51,8 @@ def _now() -> datetime:
 
 
 class NodeLocker:
-    """Acquire/release `hami.io/mutex.lock` for one pod at a time."""
+    """Acquire/release a node lock annotation (`hami.io/mutex.lock` unless told another
+    `key`) for one pod at a time; `records_owner=False` writes a bare time."""
 
     def __init__(
         self,
@@ -59,8 +62,12 @@ class NodeLocker:
         clock: Callable[[], datetime] = _now,
         attempts: int = ATTEMPTS,
         first_pause_s: float = FIRST_PAUSE_S,
+        key: str = NODE_LOCK,
+        records_owner: bool = True,
     ) -> None:
         self.client = client
+        self.key = key
+        self.records_owner = records_owner
         self.timeout = timeout
         self.clock = clock
         self.attempts = attempts
@@ -99,7 +106,7 @@ class NodeLocker:
     async def _try_acquire(self, node: str, namespace: str, pod: str) -> None:
         current = await self._get_node(node)
         metadata = current.get("metadata") or {}
-        value = (metadata.get("annotations") or {}).get(NODE_LOCK)
+        value = (metadata.get("annotations") or {}).get(self.key)
         now = self.clock()
         view = view_lock(node, value, namespace, pod, now, self.timeout)
         if view.state is LockState.OWN:
@@ -118,12 +125,17 @@ class NodeLocker:
                 "taking over node lock",
                 extra={"node": node, "pod": f"{namespace}/{pod}", "was": view.describe()},
             )
-        await self._write(node, metadata.get("resourceVersion"), lock_value(namespace, pod, now))
+        value = (
+            lock_value(namespace, pod, now)
+            if self.records_owner
+            else encode_node_lock(NodeLock(now))
+        )
+        await self._write(node, metadata.get("resourceVersion"), value)
 
     async def _try_release(self, node: str, namespace: str, pod: str) -> bool:
         current = await self._get_node(node)
         metadata = current.get("metadata") or {}
-        value = (metadata.get("annotations") or {}).get(NODE_LOCK)
+        value = (metadata.get("annotations") or {}).get(self.key)
         if not may_release(node, value, namespace, pod):
             return False
         await self._write(node, metadata.get("resourceVersion"), None)
@@ -144,7 +156,5 @@ class NodeLocker:
         return (holder.get("status") or {}).get("phase") not in TERMINATED_PHASES
 
     async def _write(self, node: str, resource_version: str | None, value: str | None) -> None:
-        body = {
-            "metadata": {"resourceVersion": resource_version, "annotations": {NODE_LOCK: value}}
-        }
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": {self.key: value}}}
         await self.client.patch(object_path(NODES, node), body)

@@ -21,12 +21,14 @@ from dra_driver.engine.engine import Engine, Placement
 from dra_driver.engine.fit import Grant
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.requests import DeviceRequest, PodRequest
+from dra_driver.engine.vendor_backends.nvidia import NvidiaBackend
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 MINUTE = timedelta(seconds=60)
 UUID = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
 # hami-protocol.md §4, the EncodePodSingleDevice example, with the UUID written out.
 REFERENCE_LIST = f"{UUID},NVIDIA,3000,0:;{UUID},NVIDIA,5000,0:;"
+NVIDIA_ONLY = (NvidiaBackend(),)
 
 
 def test_filter_annotations_match_hami_bytes() -> None:
@@ -38,7 +40,7 @@ def test_filter_annotations_match_hami_bytes() -> None:
         ),
         score=0.0,
     )
-    annotations = pod_annotations(placement, "gpu-node-2", 1796032800)
+    annotations = pod_annotations(placement, "gpu-node-2", 1796032800, NVIDIA_ONLY)
     assert annotations == {
         VGPU_NODE: "gpu-node-2",
         VGPU_TIME: "1796032800",
@@ -51,7 +53,7 @@ def test_empty_containers_are_kept_in_the_list() -> None:
     placement = Placement(
         node="n", containers=((), (Grant("GPU-a", "NVIDIA", 1024, 30, 0),), ()), score=0.0
     )
-    assert pod_annotations(placement, "n", 0)[VGPU_DEVICES_ALLOCATED] == (
+    assert pod_annotations(placement, "n", 0, NVIDIA_ONLY)[VGPU_DEVICES_ALLOCATED] == (
         ";GPU-a,NVIDIA,1024,30:;;"
     )
 
@@ -86,7 +88,7 @@ INIT_AND_APPS = (
 
 def test_init_container_collapsed_to_its_peak() -> None:
     allocation = read_pod_allocation(
-        pod(INIT_AND_APPS, init=1), "NVIDIA", {"n1": {"GPU-b": 1}}.__getitem__
+        pod(INIT_AND_APPS, init=1), NVIDIA_ONLY, {"n1": {"GPU-b": 1}}.__getitem__
     )
     assert allocation is not None
     assert allocation.usage == {
@@ -98,7 +100,7 @@ def test_init_container_collapsed_to_its_peak() -> None:
 
 def test_finished_init_containers_shrink_to_app_only() -> None:
     allocation = read_pod_allocation(
-        pod(INIT_AND_APPS, init=1, init_done=True), "NVIDIA", no_indices
+        pod(INIT_AND_APPS, init=1, init_done=True), NVIDIA_ONLY, no_indices
     )
     assert allocation is not None
     assert allocation.usage["GPU-a"] == DeviceUsage(used=2, memory_mib=5000, cores=30)
@@ -106,12 +108,12 @@ def test_finished_init_containers_shrink_to_app_only() -> None:
 
 def test_terminated_and_unplaced_pods_hold_nothing() -> None:
     assert (
-        read_pod_allocation(pod(INIT_AND_APPS, init=1, phase="Succeeded"), "NVIDIA", no_indices)
+        read_pod_allocation(pod(INIT_AND_APPS, init=1, phase="Succeeded"), NVIDIA_ONLY, no_indices)
         is None
     )
     unplaced = pod(INIT_AND_APPS, init=1)
     del unplaced["metadata"]["annotations"][VGPU_NODE]
-    assert read_pod_allocation(unplaced, "NVIDIA", no_indices) is None
+    assert read_pod_allocation(unplaced, NVIDIA_ONLY, no_indices) is None
 
 
 def t4(uuid: str, index: int) -> RegisteredDevice:
@@ -143,12 +145,12 @@ def test_shared_uuids_never_let_a_card_hold_more_than_its_capacity() -> None:
         if placement is None:
             continue
         engine.commit(request, placement)
-        annotations = pod_annotations(placement, placement.node, 0)
+        annotations = pod_annotations(placement, placement.node, 0, NVIDIA_ONLY)
         metadata = {"uid": f"u{i}", "namespace": "ns", "name": f"p{i}", "annotations": annotations}
         pods.append({"metadata": metadata, "spec": {}, "status": {}})
     used: dict[tuple[str, str], DeviceUsage] = {}
     for held in pods:
-        allocation = read_pod_allocation(held, "NVIDIA", no_indices)
+        allocation = read_pod_allocation(held, NVIDIA_ONLY, no_indices)
         assert allocation is not None
         for device_id, amount in allocation.usage.items():
             key = (allocation.placement.node, device_id)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api import hami_annotations as keys
 from api.quantity import QuantityError, parse_quantity
+from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.vendor_backends.base import BackendFamily, ContainerMutation, VendorBackend
 from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter
 from dra_driver.errors import InvalidParameterError
@@ -148,6 +149,14 @@ class NvidiaBackend(VendorBackend):
     @property
     def runtime_class_name(self) -> str:
         return self.config.runtime_class_name
+
+    def needs_lock(self, request: PodRequest) -> bool:
+        """Any container with GPUs, init containers included (HAMi looks at app
+        containers only): this project's device plugin finds the pod it serves,
+        init containers' GPUs too, through the lock's owner."""
+        return any(
+            r.vendor == self.name and r.count > 0 for ctr in request.all_containers for r in ctr
+        )
 
     def mutate(
         self, container: Mapping[str, Any], pod: Mapping[str, Any], where: str
