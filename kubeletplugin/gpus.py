@@ -97,6 +97,12 @@ class MockGpu(BaseModel):
     pci_bus_id: str = Field("", alias="pciBusID")
     healthy: bool = Field(True, description="False publishes the GPU with a NoSchedule taint.")
     unhealthy_reason: str = Field("", alias="unhealthyReason", description="The taint's value.")
+    memory_used: int = Field(
+        0, ge=0, alias="memoryUsed", description="Bytes in use, for the monitor's host series."
+    )
+    utilization: int = Field(
+        0, ge=0, le=100, description="Percent busy, for the monitor's host series."
+    )
     links: list[MockLink] = Field(
         default_factory=list,
         description=(

@@ -9,6 +9,7 @@ so that `--help` loads no Prometheus, HTTP or NVML.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from dra_driver.cli.args import add_process_args
 from dra_driver.cli.registration import Subcommands
@@ -29,6 +30,12 @@ def register_monitor(commands: Subcommands) -> None:
         help="root of claims/<uid>/ and containers/<podUID>_<ctr>/ cache dirs",
     )
     monitor.add_argument("--node-name", env="NODE_NAME", default="")
+    monitor.add_argument(
+        "--mock-gpus",
+        type=Path,
+        env="MOCK_GPUS",
+        help="mock GPU file (any vendor) for the host series instead of NVML",
+    )
     monitor.add_argument(
         "--legacy-metrics",
         action="store_true",
@@ -72,6 +79,7 @@ def _monitor(args: argparse.Namespace) -> int:
         cache_root=args.cache_root,
         node_name=args.node_name,
         legacy_metrics=args.legacy_metrics,
+        mock_gpus=args.mock_gpus,
     )
     return run_until_signalled(lambda stop: serve_monitor(settings, args.kubeconfig, stop))
 

@@ -1,8 +1,11 @@
-"""Whole-GPU figures for the host metrics: NVML when it is there, a fixed list otherwise.
+"""Whole-card figures for the host metrics: NVML, a mock file, or a fixed list.
 
 The NVML backend takes the `pynvml` module as a constructor argument, so it is
 tested against a stand-in module and the monitor runs unchanged on machines
 without a GPU (where `open_host_backend` falls back to the static backend).
+The mock backend reads the kubelet plugin's mock file (any vendor), so every
+family's host series exist in the simulator and the tests; no other vendor's
+live figures are read here (no maintained binding serves them; docs/vendors.md).
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ import logging
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol
+
+import yaml
+
+from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_vendors import NVIDIA, dra_vendor
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +36,8 @@ class HostGpu:
     memory_used_bytes: int
     utilization_percent: int
     memory_utilization_percent: int
+    vendor: str = NVIDIA.request_type
+    """The family's HAMi request type, as the DRA `vendor` attribute says it (`vendor` label)."""
 
 
 class HostGpuBackend(Protocol):
@@ -93,8 +104,45 @@ class NvmlHostBackend:
         self._nvml.nvmlShutdown()
 
 
-def open_host_backend() -> HostGpuBackend:
-    """NVML if the library loads and initialises, else an empty static backend."""
+class MockHostBackend:
+    """The cards of a mock GPU file (`vendor`, `gpus[].uuid/index/productName`, and the
+    figures `memoryUsed` bytes and `utilization` percent), re-read on every scrape."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def read(self) -> Sequence[HostGpu]:
+        try:
+            document = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+            vendor = dra_vendor(str(document.get("vendor", NVIDIA.id)), f"{self.path}: vendor")
+            return tuple(
+                HostGpu(
+                    index=int(gpu["index"]),
+                    uuid=str(gpu["uuid"]),
+                    device_type=vendor.device_type(str(gpu.get("productName") or vendor.product)),
+                    memory_used_bytes=int(gpu.get("memoryUsed", 0)),
+                    utilization_percent=int(gpu.get("utilization", 0)),
+                    memory_utilization_percent=0,
+                    vendor=vendor.request_type,
+                )
+                for gpu in document.get("gpus") or ()
+            )
+        except (OSError, yaml.YAMLError, InvalidParameterError, KeyError, TypeError) as error:
+            log.warning("mock GPU file %s unreadable: %s", self.path, error)
+            return ()
+        except ValueError as error:
+            log.warning("mock GPU file %s has a bad figure: %s", self.path, error)
+            return ()
+
+    def close(self) -> None:
+        return None
+
+
+def open_host_backend(mock_gpus: Path | None = None) -> HostGpuBackend:
+    """The mock file's cards when one is given; else NVML if the library loads and
+    initialises, else an empty static backend."""
+    if mock_gpus is not None:
+        return MockHostBackend(mock_gpus)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)

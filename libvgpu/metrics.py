@@ -36,8 +36,9 @@ from libvgpu.owners import Owner, OwnerResolver
 from libvgpu.region_reader import DeviceUsage, RegionSnapshot
 
 ZONE = "vGPU"
-HOST_LABELS = ("zone", "node", "device_index", "device_uuid", "device_type")
-MEMORY_CONTROLLER_LABELS = ("zone", "device_index", "device_uuid", "device_type")
+HOST_LABELS = ("zone", "node", "device_index", "device_uuid", "device_type", "vendor")
+MEMORY_CONTROLLER_LABELS = ("zone", "device_index", "device_uuid", "device_type", "vendor")
+"""HAMi's host labels plus `vendor` (the family's request type: NVIDIA, MLU, Ascend, ...)."""
 CONTAINER_LABELS = (
     "zone",
     "namespace",
@@ -298,7 +299,7 @@ class VgpuMetrics:
         )
 
     def _add_host(self, lines: _Lines, gpu: HostGpu) -> None:
-        device = (str(gpu.index), gpu.uuid, gpu.device_type)
+        device = (str(gpu.index), gpu.uuid, gpu.device_type, gpu.vendor)
         labels = label_set(HOST_LABELS, (ZONE, self._node, *device))
         lines.add(Family.HOST_MEMORY, labels, gpu.memory_used_bytes)
         lines.add(Family.HOST_UTILIZATION, labels, gpu.utilization_percent)
@@ -308,7 +309,7 @@ class VgpuMetrics:
             gpu.memory_utilization_percent,
         )
         if self._legacy:
-            legacy = label_set(LEGACY_HOST_LABELS, (ZONE, self._node, *device))
+            legacy = label_set(LEGACY_HOST_LABELS, (ZONE, self._node, *device[:3]))
             lines.add(Family.LEGACY_HOST_MEMORY, legacy, gpu.memory_used_bytes)
             lines.add(Family.LEGACY_HOST_UTILIZATION, legacy, gpu.utilization_percent)
 

@@ -13,6 +13,7 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -48,6 +49,10 @@ class MonitorSettings:
 
     legacy_metrics: bool = False
     """Also export HAMi's pre-v2.9 names (`HostGPUMemoryUsage`, `vGPU_device_memory_*`, ...)."""
+
+    mock_gpus: Path | None = None
+    """A mock GPU file (the kubelet plugin's `--mock-gpus`): host series for its cards, of any
+    vendor, instead of NVML's."""
 
     watch: WatchSettings = field(default_factory=WatchSettings)
 
@@ -182,7 +187,7 @@ async def run_monitor(
     monitor = VgpuMonitor(
         settings,
         resolver,
-        host if host is not None else open_host_backend(),
+        host if host is not None else open_host_backend(settings.mock_gpus),
         registry if registry is not None else CollectorRegistry(),
     )
     async with monitor:

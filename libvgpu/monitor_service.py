@@ -77,7 +77,9 @@ async def serve_monitor(
     """Serve until `stop` is set (the CLI's entry point)."""
     client = await KubeClient.from_kubeconfig(kubeconfig, component="monitor")
     try:
-        async with MonitorService(settings, client, open_host_backend(), CollectorRegistry()):
+        async with MonitorService(
+            settings, client, open_host_backend(settings.mock_gpus), CollectorRegistry()
+        ):
             await stop.wait()
     finally:
         await client.aclose()

@@ -14,6 +14,7 @@ from rich.table import Table
 from cdi.resolve import SpecDevice, index_devices, resolve_container
 from dra_driver.status.model import ClusterStatus, camel_case_keys
 from dra_driver.status.render import gpu_table, pending_table
+from kubeletplugin.vendor_env import AMD_MEMORY_LIMIT_ENV, SHARE_ENV_PREFIX, VISIBLE_DEVICES_ENV
 from simulator.attempts import AttemptReport, Outcome
 
 SHOWN_ENV_PREFIXES = (
@@ -21,6 +22,10 @@ SHOWN_ENV_PREFIXES = (
     "CUDA_DEVICE_SM_LIMIT",
     "NVIDIA_VISIBLE_DEVICES",
     "CUDA_TASK_PRIORITY",
+    *VISIBLE_DEVICES_ENV.values(),
+    AMD_MEMORY_LIMIT_ENV,
+    f"{SHARE_ENV_PREFIX}MEMORY_LIMIT",
+    f"{SHARE_ENV_PREFIX}CORE_LIMIT",
 )
 """The limits a container gets; the full env and mounts are in `-o json`."""
 

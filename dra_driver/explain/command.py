@@ -55,6 +55,7 @@ def _explain(args: argparse.Namespace) -> int:
     from dra_driver.engine.vendors import VendorRegistry
     from dra_driver.explain.explanation import explain, render
     from dra_driver.explain.inventory_file import inventory_schema, load_inventory
+    from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
     from dra_driver.objects.yaml_files import read_yaml_document
 
     if args.print_schema:
@@ -63,8 +64,11 @@ def _explain(args: argparse.Namespace) -> int:
     if args.inventory is None or args.workload is None:
         print("dra-driver explain: --inventory and --workload are required", file=sys.stderr)
         return EXIT_BAD_INPUT
-    vendors = VendorRegistry()
+    workload = read_yaml_document(args.workload)
+    # A claim names a DeviceClass, so any DRA family; a pod is read as before.
+    is_claim = isinstance(workload, dict) and workload.get("kind") != "Pod"
+    vendors = dra_vendor_registry() if is_claim else VendorRegistry()
     inventory = load_inventory(args.inventory, vendors)
-    explanation = explain(inventory, read_yaml_document(args.workload), vendors)
+    explanation = explain(inventory, workload, vendors)
     print(render(explanation, args.output))
     return EXIT_PLACED if explanation.decision.placement is not None else EXIT_REFUSED

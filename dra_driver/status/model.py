@@ -65,6 +65,8 @@ class GpuView:
     shares_total: int
     healthy: bool = True
     shares: list[ShareView] = field(default_factory=list)
+    vendor: str = ""
+    """The card's family: the device's `vendor` attribute (DRA), HAMi's register key (legacy)."""
 
     @property
     def allocated_memory_bytes(self) -> int:
@@ -164,6 +166,7 @@ def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[st
                 cores=_capacity(device, "cores"),
                 shares_total=_capacity(device, "shares"),
                 healthy=not any(t.get("key", "").endswith("/unhealthy") for t in taints),
+                vendor=str(_attribute(device, "vendor") or ""),
             )
     return gpus
 
@@ -220,6 +223,7 @@ def _legacy_gpus(nodes: Iterable[Mapping[str, Any]]) -> dict[str, GpuView]:
                 cores=device.devcore,
                 shares_total=device.count,
                 healthy=device.health,
+                vendor="NVIDIA",
             )
     return gpus
 

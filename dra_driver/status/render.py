@@ -53,7 +53,7 @@ def _holders(gpu: GpuView) -> Text:
 
 def gpu_table(status: ClusterStatus) -> Table:
     table = Table(title="GPU shares", expand=False)
-    for column in ("node", "gpu", "type", "mode", "memory", "cores", "shares", "holders"):
+    for column in ("node", "gpu", "vendor", "type", "mode", "memory", "cores", "shares", "holders"):
         table.add_column(column, overflow="fold")
     for gpu in status.gpus:
         name = gpu.device if gpu.healthy else f"{gpu.device} (unhealthy)"
@@ -63,6 +63,7 @@ def gpu_table(status: ClusterStatus) -> Table:
         table.add_row(
             gpu.node,
             name,
+            gpu.vendor or "-",
             gpu.type,
             gpu.mode,
             memory,

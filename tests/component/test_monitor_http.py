@@ -170,6 +170,7 @@ async def test_scrape_reports_the_files_written(monitor):
                 "device_index": "0",
                 "device_uuid": UUID_A,
                 "device_type": "NVIDIA-H100",
+                "vendor": "NVIDIA",
             }.items()
         )
     )
