@@ -159,13 +159,21 @@ def fit_container(
     return tuple(granted), ""
 
 
+CustomFilterRule = Callable[[Device, Sequence[ContainerGrants]], bool]
+"""HAMi's `customFilterRule` (Metax GPU, Mthreads): may this device, which passed every
+other check, be given, knowing the pod's grants on this node so far?"""
+
+
 def fit_request(
     devices: Sequence[Slot],
     request: DeviceRequest,
     ctx: FitContext,
     earlier: Sequence[ContainerGrants],
+    custom_rule: CustomFilterRule | None = None,
 ) -> tuple[list[Grant] | None, str]:
-    """HAMi's NVIDIA (standard) Fit over policy-sorted devices, trying the tail first."""
+    """HAMi's NVIDIA (standard) Fit over policy-sorted devices, trying the tail first.
+
+    `custom_rule`, checked last, refuses a device as `CardNotFoundCustomFilterRule`."""
     filters = request.filters
     topology = ctx.policy.topology and ctx.vendors.get(request.vendor).topology_aware
     wanted = remaining = request.count
@@ -215,6 +223,9 @@ def fit_request(
             continue
         if device.cores != 0 and slot.cores == device.cores and cores == 0:
             failed[reasons.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
+            continue
+        if custom_rule is not None and not custom_rule(device, earlier):
+            failed[reasons.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
             continue
         if remaining > 0:
             if not topology:

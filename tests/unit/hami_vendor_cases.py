@@ -80,3 +80,70 @@ def container(limits: Mapping[str, str], requests: Mapping[str, str] | None = No
     if requests is not None:
         resources["requests"] = dict(requests)
     return {"name": "ctr", "resources": resources}
+
+
+def slots_of(devices: tuple[HamiDevice, ...]) -> list:
+    """HAMi's DeviceUsage list as the engine's slots, in the same order."""
+    from dra_driver.engine.fit import Slot
+    from dra_driver.engine.model import Device
+
+    return [
+        Slot(
+            Device(
+                id=d.id,
+                index=d.index,
+                type=d.type,
+                count=d.count,
+                memory_mib=d.totalmem,
+                cores=d.totalcore,
+                numa=d.numa,
+                healthy=d.health,
+                custom_info=dict(d.custom_info),
+            ),
+            d.used,
+            d.usedmem,
+            d.usedcores,
+        )
+        for d in devices
+    ]
+
+
+def run_fit(case: FitCase, adapter, quota=None, namespace: str = "default"):
+    """The vendor's Fit (its hook, or the standard Fit) on the case, as HAMi's test calls
+    it: devices in the given order, the pod's annotations read for filters and policy."""
+    from dra_driver.engine.fit import FitContext, fit_request
+    from dra_driver.engine.model import Node
+    from dra_driver.engine.policy import parse_gpu_policy
+    from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
+    from dra_driver.engine.vendors import VendorRegistry
+    from dra_driver.objects.pod_workloads import vendor_filters
+
+    slots = slots_of(case.devices)
+    request = DeviceRequest(
+        vendor=case.request.type,
+        count=case.request.nums,
+        memory_mib=case.request.memreq,
+        memory_percent=case.request.mempct,
+        cores=case.request.coresreq,
+        filters=vendor_filters(adapter, case.annotations),
+    )
+    policy = parse_gpu_policy(case.annotations.get("hami.io/gpu-scheduler-policy", "spread"))
+    ctx = FitContext(
+        Node("n", tuple(s.device for s in slots)),
+        namespace,
+        policy,
+        DEFAULT_WEIGHTS,
+        VendorRegistry([adapter]),
+        quota,
+    )
+    fit = adapter.fit or fit_request
+    return fit(slots, request, ctx, [])
+
+
+def as_hami(request) -> HamiRequest:
+    """A DeviceRequest (or None) in HAMi's ContainerDeviceRequest terms."""
+    if request is None:
+        return NO_REQUEST
+    return HamiRequest(
+        request.count, request.vendor, request.memory_mib, request.memory_percent, request.cores
+    )

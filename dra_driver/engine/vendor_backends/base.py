@@ -286,6 +286,15 @@ class VendorBackend:
             result = {self.to_allocate_key: encoded, **result}
         return result
 
+    def placement_annotations(
+        self, containers: Sequence[ContainerGrants], assigned: Mapping[str, str]
+    ) -> dict[str, str]:
+        """PatchAnnotations as HAMi's Filter calls it, with `assigned` the annotations
+        already set for the pod (`hami.io/vgpu-node`, `hami.io/vgpu-time`), which a
+        vendor may copy (Mthreads' `mthreads.com/predicate-node`). Default:
+        `pod_annotations`."""
+        return self.pod_annotations(containers)
+
     def container_devices(self, containers: Sequence[ContainerGrants]) -> PodDevices:
         """The grants of this vendor as HAMi's ContainerDevices, per container."""
         return [
@@ -325,3 +334,11 @@ class BackendFamily:
     default: Any = None
     enable_flag: str | None = None
     always: bool = False
+    name: str = ""
+    """Tells apart families that share one section (HAMi's `enflame:` configures GCU
+    and DRS, `metax:` GPU and sGPU); empty: the section's name."""
+
+    @property
+    def key(self) -> str:
+        """Where the family's validated section is kept (`read_sections`)."""
+        return self.name or self.section

@@ -19,16 +19,33 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from dra_driver.engine.vendor_backends import aws_neuron, enflame_drs, kunlun, nvidia
+from dra_driver.engine.vendor_backends import (
+    aws_neuron,
+    biren,
+    cambricon,
+    enflame_drs,
+    enflame_gcu,
+    kunlun,
+    metax_gpu,
+    mthreads,
+    nvidia,
+    vastai,
+)
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 
 FAMILIES: tuple[BackendFamily, ...] = (
     nvidia.FAMILY,
+    cambricon.FAMILY,
+    enflame_gcu.FAMILY,
     enflame_drs.FAMILY,
+    mthreads.FAMILY,
+    metax_gpu.FAMILY,
     kunlun.FAMILY,
     aws_neuron.FAMILY,
+    vastai.FAMILY,
+    biren.FAMILY,
 )
 """Every vendor, in the order HAMi initialises them; one line per vendor module."""
 
@@ -74,7 +91,7 @@ def read_sections(document: Any, source: str = "device config") -> dict[str, Any
     sections: dict[str, Any] = {}
     for family in FAMILIES:
         if family.section in document or family.always:
-            sections[family.section] = _validate(family, document.get(family.section), source)
+            sections[family.key] = _validate(family, document.get(family.section), source)
     return sections
 
 
@@ -108,8 +125,8 @@ def build_backends(
             if family.default is None and not family.always:
                 continue
             config = _validate(family, family.default, "HAMi's default device config")
-        elif family.section in sections:
-            config = sections[family.section]
+        elif family.key in sections:
+            config = sections[family.key]
         else:
             continue
         backends.extend(family.build(config))

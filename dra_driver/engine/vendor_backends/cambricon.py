@@ -1,0 +1,168 @@
+"""Cambricon MLU (request Type `MLU`) and the `cambricon:` section of device-config.yaml.
+
+Where it differs from NVIDIA (reference/hami-vendors.md, HAMi's
+`pkg/device/cambricon`): the memory resource counts 256 MiB units and no
+core amount means the whole card (100); the devices are not registered in
+an annotation but sized from `node.status.capacity` (one card per 100 vcore
+units, the vmemory spread evenly), with no handshake and always healthy;
+the only filter is the uuid pair `cambricon.com/use-gpuuuid` /
+`cambricon.com/nouse-gpuuuid`; the Fit is the standard one, namespace
+ResourceQuota included (memory limit x 256); Bind takes Cambricon's **own**
+lock, `cambricon.com/dsmlu.lock`, a bare RFC 3339 time with no owner that
+another bind may take over after 2 minutes; and the pod annotations carry,
+besides both device keys, `CAMBRICON_DSMLU_ASSIGNED=false` and
+`CAMBRICON_DSMLU_PROFILE=<index>_<cores>_<memory/256>` of the first device
+of the first container that has one, which Cambricon's device plugin reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dra_driver.engine.fit import ContainerGrants
+from dra_driver.engine.model import Device
+from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.base import (
+    BackendFamily,
+    LockKind,
+    LockRule,
+    VendorBackend,
+    VendorNodeDevices,
+    node_quantity,
+)
+from dra_driver.engine.vendor_backends.reading import read_sized_request
+from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+
+MLU = "MLU"
+"""HAMi's request Type and common word for Cambricon MLUs."""
+MEMORY_FACTOR = 256
+"""MiB per `cambricon.com/mlu.smlu.vmemory` unit."""
+CORES_PER_CARD = 100
+"""vcore units per card, and each card's cores in percent."""
+SHARES_PER_CARD = 100
+USE_UUID = "cambricon.com/use-gpuuuid"
+NO_USE_UUID = "cambricon.com/nouse-gpuuuid"
+LOCK_KEY = "cambricon.com/dsmlu.lock"
+LOCK_EXPIRY = timedelta(minutes=2)
+ASSIGNED = "CAMBRICON_DSMLU_ASSIGNED"
+PROFILE = "CAMBRICON_DSMLU_PROFILE"
+"""Pod annotations (not env vars, despite their names) Cambricon's device plugin reads."""
+
+
+class CambriconConfig(BaseModel):
+    """The `cambricon:` section (Go `CambriconConfig`); a key left out is empty, as in Go."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    resource_count_name: str = Field("", alias="resourceCountName")
+    resource_memory_name: str = Field("", alias="resourceMemoryName")
+    resource_core_name: str = Field("", alias="resourceCoreName")
+
+
+DEFAULT_SECTION = {
+    "resourceCountName": "cambricon.com/vmlu",
+    "resourceMemoryName": "cambricon.com/mlu.smlu.vmemory",
+    "resourceCoreName": "cambricon.com/mlu.smlu.vcore",
+}
+"""HAMi's built-in default config (its flag default for the count is `cambricon.com/mlu`,
+but InitDefaultDevices configures `cambricon.com/vmlu`)."""
+
+
+def adapter(config: CambriconConfig) -> VendorAdapter:
+    """The engine's view: standard Fit and score, Cambricon's request reading."""
+    vendor = VendorAdapter(
+        name=MLU,
+        common_word=MLU,
+        resources=ResourceNames(
+            count=config.resource_count_name,
+            memory=config.resource_memory_name,
+            memory_percentage="",
+            cores=config.resource_core_name,
+        ),
+        annotations=AnnotationKeys(
+            use_types="",
+            no_use_types="",
+            use_uuids=USE_UUID,
+            no_use_uuids=NO_USE_UUID,
+            numa_bind=None,
+            mode=None,
+            devices_to_allocate="hami.io/cambricon-mlu-devices-to-allocate",
+            devices_allocated="hami.io/cambricon-mlu-devices-allocated",
+        ),
+        memory_factor=MEMORY_FACTOR,
+        default_count=0,
+        default_cores=CORES_PER_CARD,
+    )
+
+    def read(
+        container: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        where: str,
+        dropped: list[str] | None,
+    ) -> DeviceRequest | None:
+        return read_sized_request(
+            vendor, container, annotations, where, dropped, default_cores=CORES_PER_CARD
+        )
+
+    return replace(vendor, read_request=read)
+
+
+class CambriconBackend(VendorBackend):
+    """HAMi's Cambricon backend with one `cambricon:` section's names."""
+
+    def __init__(self, config: CambriconConfig | None = None) -> None:
+        self.config = config or CambriconConfig.model_validate(DEFAULT_SECTION)
+        super().__init__(
+            adapter(self.config),
+            register_key=None,
+            handshake_key=None,
+            lock=LockRule(LockKind.OWN, LOCK_KEY, records_owner=False, expiry=LOCK_EXPIRY),
+        )
+
+    def node_devices(
+        self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
+    ) -> VendorNodeDevices:
+        """GetNodeDevices: one card per 100 vcore units of capacity, each with
+        `vmemory x 256 x 100 / vcore` MiB; no vcore capacity, no devices."""
+        names = self.adapter.resources
+        cores = node_quantity(node, "capacity", names.cores)
+        if cores <= 0:
+            return VendorNodeDevices(self.name, problem=f"device not found {names.cores}")
+        memory = node_quantity(node, "capacity", names.memory)
+        per_card = memory * MEMORY_FACTOR * CORES_PER_CARD // cores
+        prefix = f"{(node.get('metadata') or {}).get('name', '')}-cambricon-mlu-"
+        devices = tuple(
+            Device(
+                id=f"{prefix}{index}",
+                index=index,
+                type=MLU,
+                count=SHARES_PER_CARD,
+                memory_mib=per_card,
+                cores=CORES_PER_CARD,
+            )
+            for index in range(-(-cores // CORES_PER_CARD))
+        )
+        return VendorNodeDevices(self.name, devices, problem="")
+
+    def pod_annotations(self, containers: Sequence[ContainerGrants]) -> dict[str, str]:
+        """Both device keys plus the dsmlu profile of the first device granted."""
+        result = super().pod_annotations(containers)
+        if not result:
+            return result
+        first = next(grant for ctr in containers for grant in ctr if grant.vendor == self.name)
+        result[ASSIGNED] = "false"
+        result[PROFILE] = f"{first.index}_{first.cores}_{first.memory_mib // MEMORY_FACTOR}"
+        return result
+
+
+FAMILY = BackendFamily(
+    section="cambricon",
+    model=CambriconConfig,
+    build=lambda config: (CambriconBackend(config),),
+    default=DEFAULT_SECTION,
+)
