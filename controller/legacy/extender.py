@@ -138,7 +138,7 @@ def pod_annotations(
     carry the same string)."""
     result = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
     for backend in backends:
-        result.update(backend.pod_annotations(placement.containers))
+        result.update(backend.placement_annotations(placement.containers, dict(result)))
     return result
 
 
