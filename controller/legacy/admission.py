@@ -1,8 +1,11 @@
 """HAMi's mutating webhook for pods, as a pure decision: a JSON patch or a denial.
 
 Rules (hami-protocol.md §1, §6; issue 11): a pod without containers is
-denied; a pod already given to another scheduler is left alone; per
-container, the count is added when only memory/cores/percentage are given
+denied; a pod already given to another scheduler is left alone; every
+container goes through each enabled vendor's MutateAdmission
+(`VendorBackend.mutate`: whether it asks for that vendor, and the limits,
+requests, env and pod annotations that vendor's webhook sets). For NVIDIA,
+per container, the count is added when only memory/cores/percentage are given
 and an exclusive 100 cores when a whole card is asked for (the engine's
 `admission_limits`), the percentage is validated, `priority` becomes
 `CUDA_TASK_PRIORITY`, a non-default core policy becomes
@@ -11,13 +14,14 @@ GPU gets `NVIDIA_VISIBLE_DEVICES=none`. These container rules apply to init
 and app containers alike, and their patch is kept for a pod without any GPU
 container too, so that with `overwriteEnv` such a pod sees no GPU (HAMi's
 `MutateAdmission` mutates every container, then the whole pod is patched).
-A pod with GPU resources gets our schedulerName and the configured
-runtimeClassName; it is denied when any of its containers is privileged (a
+A pod with any vendor's resources gets our schedulerName and the runtimeClassName
+its first vendor that has one configures; it is denied when any of its containers is privileged (a
 privileged sidecar sees every GPU of the node as much as the GPU container
 does; HAMi's `privilegedContainerName`), when `spec.nodeName` is preset, or
 when it would exceed the namespace quota. Every denial says what to change.
 
-Tamper-proofing (issue 17). In device-plugin mode kubelet puts the device
+Tamper-proofing (issue 17), for containers with NVIDIA GPUs (the vendor whose limits
+HAMi-core enforces). In device-plugin mode kubelet puts the device
 plugin's env first and the container's own after it, and the last value wins,
 so only admission can keep a GPU container (init or app) from lifting its
 limits. Such a container is refused, naming the container and the field, when
@@ -46,12 +50,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from api.hami_annotations import NVIDIA_DEVICE_TYPE
 from api.quantity import QuantityError, parse_quantity
 from controller.legacy.config import CorePolicy, LegacySettings
 from dra_driver.engine.quota import NamespaceQuota
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendor_backends.registry import BackendRegistry
 from dra_driver.errors import DriverError, InvalidParameterError
-from dra_driver.objects.pod_workloads import admission_limits
 from dra_driver.objects.tamper_rules import reaches, tamper_findings
 from libvgpu.settings import (
     CONTAINER_LIBRARY_PATH,
@@ -66,7 +70,6 @@ from libvgpu.settings import (
 )
 
 DEFAULT_SCHEDULER = "default-scheduler"
-VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 PRELOAD_ENV = "LD_PRELOAD"
 LIMIT_ENV_FAMILIES = (MEMORY_LIMIT_ENV, SM_LIMIT_ENV)
 """Each name and every `<name>_<i>` is set by the device plugin from the allocation."""
@@ -120,12 +123,17 @@ def pointer(*tokens: str | int) -> str:
 
 @dataclass(slots=True)
 class _Container:
-    """What one container contributes: its GPU request amounts and its patch."""
+    """What one container contributes: whether it asks for any vendor (and which count
+    resources), whether libvgpu enforces it (NVIDIA), its NVIDIA amounts for the
+    quota, its patch and the pod annotations its vendors' webhooks set."""
 
     has_gpu: bool = False
+    libvgpu: bool = False
+    resources: list[str] = field(default_factory=list)
     memory: int = 0
     cores: int = 0
     patch: Patch = field(default_factory=list)
+    annotations: dict[str, str] = field(default_factory=dict)
 
 
 def _integer(raw: object, field_path: str) -> int:
@@ -197,38 +205,54 @@ def _check_tamper(container: Mapping[str, Any], where: str, opt_out: bool) -> No
                 )
 
 
+def _set_ops(
+    container: Mapping[str, Any], base: tuple[str | int, ...], kind: str, values: Mapping[str, str]
+) -> Patch:
+    """JSON patch setting `resources.<kind>` entries, creating the maps that are missing."""
+    if not values:
+        return []
+    resources = container.get("resources")
+    if resources is not None and kind in resources:
+        return [
+            {"op": "add", "path": pointer(*base, "resources", kind, key), "value": value}
+            for key, value in values.items()
+        ]
+    if resources is not None:
+        return [{"op": "add", "path": pointer(*base, "resources", kind), "value": dict(values)}]
+    return [{"op": "add", "path": pointer(*base, "resources"), "value": {kind: dict(values)}}]
+
+
 def _mutate_container(
     container: Mapping[str, Any],
+    pod: Mapping[str, Any],
     base: tuple[str | int, ...],
     where: str,
-    vendor: VendorAdapter,
+    backends: BackendRegistry,
     settings: LegacySettings,
     opt_out: bool,
 ) -> _Container:
-    names = vendor.resources
+    """Every vendor's MutateAdmission on one container, then HAMi-core's rules for a
+    container with NVIDIA GPUs (the vendor libvgpu enforces)."""
+    names = settings.nvidia.vendor().resources
     config = settings.nvidia
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    requests = resources.get("requests") or {}
-    added = admission_limits(vendor, limits, requests, where)
-    merged = {**limits, **added}
-    result = _Container(has_gpu=names.count in merged)
-    if result.has_gpu:
+    mutations = [(backend, backend.mutate(container, pod, where)) for backend in backends]
+    result = _Container(has_gpu=any(mutation.has_resource for _, mutation in mutations))
+    result.resources = [b.count_resource for b, m in mutations if m.has_resource]
+    result.libvgpu = any(m.has_resource for b, m in mutations if b.name == NVIDIA_DEVICE_TYPE)
+    if result.libvgpu:
         _check_tamper(container, where, opt_out)
-    if added:
-        if "limits" in resources:
-            result.patch += [
-                {"op": "add", "path": pointer(*base, "resources", "limits", key), "value": value}
-                for key, value in added.items()
-            ]
-        elif "resources" in container:
-            result.patch.append(
-                {"op": "add", "path": pointer(*base, "resources", "limits"), "value": added}
-            )
-        else:
-            result.patch.append(
-                {"op": "add", "path": pointer(*base, "resources"), "value": {"limits": added}}
-            )
+    set_limits: dict[str, str] = {}
+    set_requests: dict[str, str] = {}
+    backend_env: list[dict[str, str]] = []
+    for _, mutation in mutations:
+        set_limits.update(mutation.limits)
+        set_requests.update(mutation.requests)
+        backend_env.extend(dict(item) for item in mutation.env)
+        result.annotations.update(mutation.pod_annotations)
+    result.patch += _set_ops(container, base, "limits", set_limits)
+    result.patch += _set_ops(container, base, "requests", set_requests)
+    limits = (container.get("resources") or {}).get("limits") or {}
+    merged = {**limits, **set_limits}
     if names.memory_percentage in merged:
         path = f"{where}.resources.limits.{names.memory_percentage}"
         percent = _integer(merged[names.memory_percentage], path)
@@ -240,9 +264,8 @@ def _mutate_container(
         env.append({"name": TASK_PRIORITY_ENV, "value": str(priority)})
     if config.gpu_core_policy is not CorePolicy.DEFAULT:
         env.append({"name": CORE_POLICY_ENV, "value": config.gpu_core_policy.value})
-    if not result.has_gpu and config.overwrite_env:
-        env.append({"name": VISIBLE_DEVICES_ENV, "value": "none"})
-    if result.has_gpu and not opt_out:
+    env += backend_env
+    if result.libvgpu and not opt_out:
         env.append({"name": DISABLE_CONTROL_ENV, "value": "false"})
     if env:
         if container.get("env"):
@@ -251,11 +274,11 @@ def _mutate_container(
             ]
         else:
             result.patch.append({"op": "add", "path": pointer(*base, "env"), "value": env})
-    if result.has_gpu:
+    if result.libvgpu:
         count = _integer(merged[names.count], f"{where}.resources.limits.{names.count}")
         if names.memory in merged:
             memory = _integer(merged[names.memory], f"{where}.resources.limits.{names.memory}")
-            result.memory = memory * max(vendor.memory_factor, 1) * count
+            result.memory = memory * max(config.memory_factor, 1) * count
         if names.cores in merged:
             cores = _integer(merged[names.cores], f"{where}.resources.limits.{names.cores}")
             result.cores = cores * count
@@ -302,10 +325,13 @@ def review_pod(
         and (not settings.force_overwrite_default_scheduler or scheduler != DEFAULT_SCHEDULER)
     ):
         return allow(message=f"pod is for scheduler {scheduler}; left alone")
-    vendor = settings.nvidia.vendor()
-    names = vendor.resources
+    backends = settings.backends()
+    names = settings.nvidia.vendor().resources
     patch: Patch = []
     gpu_containers: list[str] = []
+    resources: list[str] = []
+    libvgpu = False
+    annotations: dict[str, str] = {}
     app_memory = app_cores = init_memory = init_cores = 0
     opt_out = namespace in settings.enforcement_opt_out_namespaces
     try:
@@ -313,12 +339,15 @@ def review_pod(
             for index, container in enumerate(spec.get(key) or []):
                 where = f"spec.{key}[{index}]"
                 mutated = _mutate_container(
-                    container, ("spec", key, index), where, vendor, settings, opt_out
+                    container, pod, ("spec", key, index), where, backends, settings, opt_out
                 )
                 patch += mutated.patch
+                annotations.update(mutated.annotations)
                 if not mutated.has_gpu:
                     continue
                 gpu_containers.append(container.get("name") or where)
+                resources += [name for name in mutated.resources if name not in resources]
+                libvgpu = libvgpu or mutated.libvgpu
                 if key == "initContainers":
                     init_memory = max(init_memory, mutated.memory)
                     init_cores = max(init_cores, mutated.cores)
@@ -334,11 +363,11 @@ def review_pod(
     privileged = _privileged_container(spec)
     if privileged:
         return deny(
-            f"container {privileged} is privileged in a pod that requests {names.count} "
+            f"container {privileged} is privileged in a pod that requests {', '.join(resources)} "
             f"(in {', '.join(gpu_containers)}); a privileged container sees every GPU of "
             "the node, so remove its securityContext.privileged or the pod's GPU resources"
         )
-    reach = _reach_around_libvgpu(pod)
+    reach = _reach_around_libvgpu(pod) if libvgpu else None
     if reach:
         return deny(reach)
     if spec.get("nodeName"):
@@ -354,10 +383,28 @@ def review_pod(
         patch.append({"op": "replace", "path": "/spec/schedulerName", "value": ours})
     else:
         patch.append({"op": "add", "path": "/spec/schedulerName", "value": ours})
-    runtime_class = settings.nvidia.runtime_class_name
+    runtime_class = next(
+        (b.runtime_class_name for b in backends if b.count_resource in resources), ""
+    )
     if runtime_class and not spec.get("runtimeClassName"):
         patch.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
+    patch += _annotation_ops(pod, annotations)
     return allow(patch)
+
+
+def _annotation_ops(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> Patch:
+    """JSON patch setting pod annotations a vendor's webhook writes."""
+    if not annotations:
+        return []
+    metadata = pod.get("metadata")
+    if metadata is None:
+        return [{"op": "add", "path": "/metadata", "value": {"annotations": dict(annotations)}}]
+    if metadata.get("annotations") is None:
+        return [{"op": "add", "path": "/metadata/annotations", "value": dict(annotations)}]
+    return [
+        {"op": "add", "path": pointer("metadata", "annotations", key), "value": value}
+        for key, value in annotations.items()
+    ]
 
 
 def _quota_refusal(

@@ -18,15 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from api import hami_annotations as keys
-from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.vendor_backends.base import BackendFamily, ContainerMutation, VendorBackend
 from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter
-from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import admission_limits
 
-TASK_PRIORITY_ENV = "CUDA_TASK_PRIORITY"
-CORE_POLICY_ENV = "GPU_CORE_UTILIZATION_POLICY"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 
 
@@ -124,17 +120,6 @@ class NvidiaConfig(BaseModel):
         )
 
 
-def whole_number(raw: Any, field_path: str) -> int:
-    """A resource value that must be a whole number (quantity's AsInt64)."""
-    try:
-        value = parse_quantity(str(raw))
-    except QuantityError as error:
-        raise InvalidParameterError(field_path, error.reason) from None
-    if value != value.to_integral_value():
-        raise InvalidParameterError(field_path, f"{raw!r} is not a whole number")
-    return int(value)
-
-
 class NvidiaBackend(VendorBackend):
     """HAMi's NVIDIA backend with one `nvidia:` section's names and switches."""
 
@@ -161,23 +146,16 @@ class NvidiaBackend(VendorBackend):
     def mutate(
         self, container: Mapping[str, Any], pod: Mapping[str, Any], where: str
     ) -> ContainerMutation:
-        """NVIDIA's MutateAdmission: the default count and exclusive cores, the
-        priority and core-policy env, and `NVIDIA_VISIBLE_DEVICES=none` for a
-        container without GPUs under `overwriteEnv`. The percentage's range is
-        the webhook's own check (`controller.legacy.admission`)."""
+        """NVIDIA's MutateAdmission: the default count and exclusive cores, and
+        `NVIDIA_VISIBLE_DEVICES=none` for a container without GPUs under
+        `overwriteEnv`. HAMi-core's knobs (priority, core policy) and the
+        percentage's range are the webhook's own (`controller.legacy.admission`)."""
         names = self.adapter.resources
         resources = container.get("resources") or {}
         limits = resources.get("limits") or {}
         added = admission_limits(self.adapter, limits, resources.get("requests") or {}, where)
-        merged = {**limits, **added}
-        has_gpu = names.count in merged
+        has_gpu = names.count in {**limits, **added}
         env: list[dict[str, str]] = []
-        if names.priority and names.priority in merged:
-            path = f"{where}.resources.limits.{names.priority}"
-            priority = whole_number(merged[names.priority], path)
-            env.append({"name": TASK_PRIORITY_ENV, "value": str(priority)})
-        if self.config.gpu_core_policy is not CorePolicy.DEFAULT:
-            env.append({"name": CORE_POLICY_ENV, "value": self.config.gpu_core_policy.value})
         if not has_gpu and self.config.overwrite_env:
             env.append({"name": VISIBLE_DEVICES_ENV, "value": "none"})
         return ContainerMutation(has_gpu, limits=added, env=tuple(env))
