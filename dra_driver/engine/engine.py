@@ -9,6 +9,12 @@ that cheap without changing a single reason: refusals are remembered per
 request shape until the node changes (`reason_cache`), and a node that
 refuses one of the containers HAMi fits first is refused in one counting
 pass over its devices (`single_request`).
+
+A vendor with its own ScoreNode (`VendorAdapter.score`: Ascend's NetworkID
+share, Kunlun's fragmentation) adds a score that depends on the devices the
+pod gets, so for a pod asking for such a vendor every node is fitted and the
+best total (node score plus the vendors' scores, HAMi's OverrideScore) wins,
+ties going to the node tried first.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import bisect
 import itertools
 import logging
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dra_driver.engine.fit import (
     FULL_CARD_CORES,
@@ -258,6 +264,11 @@ class Engine:
         known_reasons: list[str] = []
         pruned: list[NodeState] = []
         chosen: Placement | None = None
+        scorers = any(
+            self.vendors.get(request.vendor).score is not None
+            for container in pod.all_containers
+            for request in container
+        )
         for name in self._preference(node_policy):
             if allowed is not None and name not in allowed:
                 continue
@@ -278,6 +289,14 @@ class Engine:
                     # containers are at play, so judge the remaining nodes first.
                     judge = PodJudge.for_pod(pod, gpu_policy, self.vendors, self.quota)
                     judging = True
+                continue
+            if scorers:
+                outcome = replace(
+                    outcome,
+                    score=outcome.score + self._vendor_score(state, outcome, pod, node_policy),
+                )
+                if chosen is None or _better(outcome.score, chosen.score, node_policy):
+                    chosen = outcome
                 continue
             if chosen is None:
                 chosen = outcome
@@ -346,6 +365,18 @@ class Engine:
             )
         policy = pod.gpu_policy or self.settings.gpu_policy
         return pod.containers, pod.init_containers, policy, pod.weights, quota
+
+    def _vendor_score(
+        self, state: NodeState, placement: Placement, pod: PodRequest, node_policy: str
+    ) -> float:
+        """The ScoreNode of every vendor the pod asks for, over the pod's grants."""
+        vendors = dict.fromkeys(r.vendor for c in pod.all_containers for r in c)
+        total = 0.0
+        for name in vendors:
+            scorer = self.vendors.get(name).score
+            if scorer is not None:
+                total += scorer(state.node, placement.containers, pod.all_containers, node_policy)
+        return total
 
     def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
         ctx = FitContext(
@@ -434,6 +465,12 @@ class Engine:
         if pod.gpu_policy is None:
             return self._default_gpu_policy
         return parse_gpu_policy(pod.gpu_policy)
+
+
+def _better(score: float, best: float, node_policy: str) -> bool:
+    """Binpack takes the highest total, spread the lowest (HAMi sorts by Less and
+    takes the last node)."""
+    return score > best if node_policy == BINPACK else score < best
 
 
 def _binpack_order(order: list[tuple[float, str]]) -> Iterable[str]:
