@@ -131,14 +131,21 @@ def filter_answer(
 
 
 def pod_annotations(
-    placement: Placement, node: str, now: int, backends: Iterable[VendorBackend]
+    placement: Placement,
+    node: str,
+    now: int,
+    backends: Iterable[VendorBackend],
+    current: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """The annotations HAMi's Filter writes: the node and time, and each vendor's
     PatchAnnotations for the devices it was given (NVIDIA: both device keys
-    carry the same string)."""
+    carry the same string). Each vendor sees the pod's `current` annotations
+    under those already set (HAMi passes it the pod and its annoinput; Ascend
+    reads the pod's `huawei.com/vnpu-mode`)."""
     result = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
     for backend in backends:
-        result.update(backend.placement_annotations(placement.containers, dict(result)))
+        seen = {**(current or {}), **result}
+        result.update(backend.placement_annotations(placement.containers, seen))
     return result
 
 
@@ -270,7 +277,11 @@ class Extender:
         body = {
             "metadata": {
                 "annotations": pod_annotations(
-                    placement, node, int(time.time()), self.state.backends
+                    placement,
+                    node,
+                    int(time.time()),
+                    self.state.backends,
+                    (pod.get("metadata") or {}).get("annotations") or {},
                 ),
                 "labels": {keys.VGPU_NODE: node},
             }

@@ -173,6 +173,10 @@ class VendorBackend:
     override only what their vendor does differently.
     """
 
+    empty_register_is_unregistered: bool = True
+    """HAMi's GetNodeDevices fails ("no gpu found on node") for a register annotation
+    that lists no device, so the vendor contributes nothing to the node."""
+
     def __init__(
         self,
         adapter: VendorAdapter,
@@ -241,6 +245,9 @@ class VendorBackend:
             decoded = self.decode_register(register)
         except AnnotationDecodeError as error:
             return VendorNodeDevices(self.name, (), register, f"{NODE_UNREGISTERED}: {error}")
+        if not decoded and self.empty_register_is_unregistered:
+            problem = f"{NODE_UNREGISTERED}: annotation {self.register_key}: no devices registered"
+            return VendorNodeDevices(self.name, (), register, problem)
         healthy = not self.plugin_gone(node, now, handshake_timeout)
         devices = tuple(
             engine_device(device, healthy)
@@ -291,8 +298,8 @@ class VendorBackend:
     ) -> dict[str, str]:
         """PatchAnnotations as HAMi's Filter calls it, with `assigned` the annotations
         already set for the pod (`hami.io/vgpu-node`, `hami.io/vgpu-time`), which a
-        vendor may copy (Mthreads' `mthreads.com/predicate-node`). Default:
-        `pod_annotations`."""
+        vendor may copy (Mthreads' `mthreads.com/predicate-node`), over the pod's own
+        (Ascend reads `huawei.com/vnpu-mode`). Default: `pod_annotations`."""
         return self.pod_annotations(containers)
 
     def container_devices(self, containers: Sequence[ContainerGrants]) -> PodDevices:

@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from dra_driver.engine.vendor_backends import (
+    ascend,
     aws_neuron,
     biren,
     cambricon,
@@ -46,6 +47,7 @@ FAMILIES: tuple[BackendFamily, ...] = (
     aws_neuron.FAMILY,
     vastai.FAMILY,
     biren.FAMILY,
+    ascend.FAMILY,
 )
 """Every vendor, in the order HAMi initialises them; one line per vendor module."""
 
