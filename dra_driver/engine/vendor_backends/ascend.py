@@ -178,7 +178,7 @@ class AscendBackend(VendorBackend):
             return None
         count = _int64(_whole(raw_count, f"{where}.resources.{chip.resource_name}"))
         if count is None:
-            return None
+            return self._drop(dropped, where, chip.resource_name, f"{raw_count} is not whole")
         if not 0 < count <= INT32_MAX:
             return self._drop(
                 dropped, where, chip.resource_name, f"count {raw_count} is out of range"
