@@ -93,7 +93,8 @@ class ChipAdapter(VendorAdapter):
         return device_type == self.name
 
 
-def _whole(raw: Any, field: str) -> Decimal:
+def _quantity(raw: Any, field: str) -> Decimal:
+    """A resource value's exact quantity; a malformed one is refused naming its field."""
     try:
         return parse_quantity(str(raw))
     except QuantityError as error:
@@ -176,7 +177,7 @@ class AscendBackend(VendorBackend):
         raw_count = _limit_or_request(resources, chip.resource_name)
         if raw_count is None:
             return None
-        count = _int64(_whole(raw_count, f"{where}.resources.{chip.resource_name}"))
+        count = _int64(_quantity(raw_count, f"{where}.resources.{chip.resource_name}"))
         if count is None:
             return self._drop(dropped, where, chip.resource_name, f"{raw_count} is not whole")
         if not 0 < count <= INT32_MAX:
@@ -186,7 +187,7 @@ class AscendBackend(VendorBackend):
         memory = 0
         raw_memory = _limit_or_request(resources, chip.resource_memory_name)
         if raw_memory is not None:
-            value = _whole(raw_memory, f"{where}.resources.{chip.resource_memory_name}")
+            value = _quantity(raw_memory, f"{where}.resources.{chip.resource_memory_name}")
             if value < 0:
                 return self._drop(dropped, where, chip.resource_memory_name, "is negative")
             whole = _int64(value)
@@ -203,7 +204,7 @@ class AscendBackend(VendorBackend):
         raw_cores = _limit_or_request(resources, chip.resource_core_name)
         if raw_cores is not None:
             field = f"{where}.resources.{chip.resource_core_name}"
-            value = _whole(raw_cores, field).to_integral_value(ROUND_CEILING)
+            value = _quantity(raw_cores, field).to_integral_value(ROUND_CEILING)
             if not 0 <= value <= INT32_MAX:
                 return self._drop(dropped, where, chip.resource_core_name, "is out of range")
             cores = int(value)
@@ -238,7 +239,7 @@ class AscendBackend(VendorBackend):
             return ContainerMutation(False, env=self._hides_npus(limits))
         count_field = f"{where}.resources.limits.{chip.resource_name}"
         count = int(
-            _whole(limits[chip.resource_name], count_field).to_integral_value(ROUND_CEILING)
+            _quantity(limits[chip.resource_name], count_field).to_integral_value(ROUND_CEILING)
         )
         new_limits: dict[str, str] = {}
         new_requests: dict[str, str] = {}
@@ -255,7 +256,7 @@ class AscendBackend(VendorBackend):
         if not hami_core and chip.resource_core_name:
             core_field = f"{where}.resources.{chip.resource_core_name}"
             raw_core = _limit_or_request(resources, chip.resource_core_name)
-            if raw_core is not None and _whole(raw_core, core_field) > 0:
+            if raw_core is not None and _quantity(raw_core, core_field) > 0:
                 raise InvalidParameterError(
                     core_field,
                     f"{chip.resource_core_name} is only supported in hami-core (soft split) mode",
@@ -264,7 +265,7 @@ class AscendBackend(VendorBackend):
         if chip.resource_memory_name in limits:
             memory_field = f"{where}.resources.limits.{chip.resource_memory_name}"
             raw = limits[chip.resource_memory_name]
-            asked = int(_whole(raw, memory_field).to_integral_value(ROUND_CEILING))
+            asked = int(_quantity(raw, memory_field).to_integral_value(ROUND_CEILING))
             memory = asked if hami_core else chip.trim(asked)[0]
             if memory <= 0 and not hami_core:
                 raise InvalidParameterError(
@@ -442,8 +443,8 @@ class AscendBackend(VendorBackend):
         self, containers: Sequence[ContainerGrants], assigned: Mapping[str, str]
     ) -> dict[str, str]:
         """Both pod keys, `predicate-time` (Filter's `hami.io/vgpu-time`) and the runtime
-        JSON; the pod's `huawei.com/vnpu-mode`, when the caller passes it in `assigned`,
-        selects the hami-core form of that JSON."""
+        JSON, whose hami-core form the pod's own `huawei.com/vnpu-mode` (under the
+        annotations Filter set, in `assigned`) selects."""
         result = self.pod_annotations(containers)
         if not result:
             return result
