@@ -154,17 +154,19 @@ class NodeState:
     def fresh_slots(self) -> list[Slot]:
         return [slot.copy() for slot in self.slots]
 
-    def could_fit(self, pod: PodRequest) -> bool:
+    def could_fit(self, pod: PodRequest, own_fit: frozenset[str] = frozenset()) -> bool:
         """A necessary condition for `fit_pod_on_node`: every request finds enough
         devices with a free slot, memory and cores on the node as it is now.
 
         Filters, vendor, NUMA and exclusivity only remove devices, so a node that
         fails this check fails the full fit too; it never changes a decision.
+        Requests of the vendors in `own_fit` (a Fit of their own, whose memory and
+        cores mean something else, e.g. AMD's percentage of CUs) are not checked.
         """
         headroom = self.headroom
         for container in pod.all_containers:
             for request in container:
-                if request.count <= 0:
+                if request.count <= 0 or request.vendor in own_fit:
                     continue
                 cores = min(request.cores, FULL_CARD_CORES)
                 eligible = 0
@@ -264,6 +266,12 @@ class Engine:
         known_reasons: list[str] = []
         pruned: list[NodeState] = []
         chosen: Placement | None = None
+        own_fit = frozenset(
+            request.vendor
+            for container in pod.all_containers
+            for request in container
+            if self.vendors.get(request.vendor).fit is not None
+        )
         scorers = any(
             self.vendors.get(request.vendor).score is not None
             for container in pod.all_containers
@@ -278,7 +286,7 @@ class Engine:
                 known_states.append(state)
                 known_reasons.append(reason)
                 continue
-            if not explain_all and not state.could_fit(pod):
+            if not explain_all and not state.could_fit(pod, own_fit):
                 pruned.append(state)
                 continue
             outcome = self._fit(state, pod, gpu_policy)
@@ -305,7 +313,7 @@ class Engine:
         for state, reason in zip(known_states, known_reasons, strict=True):
             # A full fit reports a node the cheap check prunes only when nothing
             # fits; so do known refusals, so that no decision depends on history.
-            if chosen is None or explain_all or state.could_fit(pod):
+            if chosen is None or explain_all or state.could_fit(pod, own_fit):
                 failures[state.node.name] = reason
         if chosen is None and pruned:
             if not judging:

@@ -123,6 +123,10 @@ class NvidiaConfig(BaseModel):
 class NvidiaBackend(VendorBackend):
     """HAMi's NVIDIA backend with one `nvidia:` section's names and switches."""
 
+    empty_register_is_unregistered = False
+    """A register listing no GPU leaves a node with no devices (NodeHasNoDevices), as
+    this scheduler has always read it."""
+
     def __init__(self, config: NvidiaConfig | None = None) -> None:
         self.config = config or NvidiaConfig()
         super().__init__(

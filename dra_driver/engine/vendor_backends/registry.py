@@ -20,12 +20,15 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from dra_driver.engine.vendor_backends import (
+    amd,
     ascend,
     aws_neuron,
     biren,
     cambricon,
     enflame_drs,
     enflame_gcu,
+    hygon,
+    iluvatar,
     kunlun,
     metax_gpu,
     mthreads,
@@ -39,15 +42,18 @@ from dra_driver.errors import InvalidParameterError
 FAMILIES: tuple[BackendFamily, ...] = (
     nvidia.FAMILY,
     cambricon.FAMILY,
+    hygon.FAMILY,
     enflame_gcu.FAMILY,
     enflame_drs.FAMILY,
     mthreads.FAMILY,
     metax_gpu.FAMILY,
     kunlun.FAMILY,
     aws_neuron.FAMILY,
+    amd.FAMILY,
     vastai.FAMILY,
     biren.FAMILY,
     ascend.FAMILY,
+    iluvatar.FAMILY,
 )
 """Every vendor, in the order HAMi initialises them; one line per vendor module."""
 

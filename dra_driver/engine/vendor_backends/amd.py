@@ -1,0 +1,269 @@
+"""AMD (request Type `AMD`) and the `amd:` section of device-config.yaml.
+
+HAMi's `pkg/device/amd` (reference/hami-vendors.md): the count resource
+`amd.com/gpu` and optional memory (MiB) and core-percentage names from the
+config; requests read from **limits only**; the JSON register
+`hami.io/node-amd-register`, no handshake, and CheckHealth = a count in
+`status.capacity` above 0 (else the vendor's devices are dropped from the
+node); the type filter `amd.com/use-gputype` / `nouse-gputype` and the uuid
+filter `amd.com/use-gpu-uuid` / `nouse-gpu-uuid` (hyphenated); the shared
+lock and the pod keys `hami.io/amd-devices-to-allocate` / `-allocated`.
+Its Fit is its own (`fit_amd`): no memory means the whole card, cores are a
+percentage of the card's compute units, and a grant keeps the card's
+registered type.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.hami_annotations import RegisteredDevice, decode_node_devices_json
+from dra_driver.engine import reasons
+from dra_driver.engine.fit import (
+    ContainerGrants,
+    FitContext,
+    Grant,
+    Slot,
+    type_allowed,
+    uuid_allowed,
+)
+from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.base import (
+    BackendFamily,
+    ContainerMutation,
+    VendorBackend,
+    VendorNodeDevices,
+    node_quantity,
+)
+from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64
+from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.pod_workloads import vendor_filters
+
+AMD = "AMD"
+REGISTER = "hami.io/node-amd-register"
+USE_TYPE = "amd.com/use-gputype"
+NO_USE_TYPE = "amd.com/nouse-gputype"
+USE_UUID = "amd.com/use-gpu-uuid"
+NO_USE_UUID = "amd.com/nouse-gpu-uuid"
+TO_ALLOCATE = "hami.io/amd-devices-to-allocate"
+ALLOCATED = "hami.io/amd-devices-allocated"
+WHOLE_CARD_PERCENT = 100
+
+
+class AMDConfig(BaseModel):
+    """The `amd:` section (Go `AMDConfig`); a key left out is empty, as in Go."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    resource_count_name: str = Field("", alias="resourceCountName")
+    resource_memory_name: str = Field(
+        "", alias="resourceMemoryName", description="MiB per card; empty: whole cards."
+    )
+    resource_core_name: str = Field(
+        "", alias="resourceCoreName", description="Percent of each card's compute units."
+    )
+
+
+HAMI_DEFAULT = {"resourceCountName": "amd.com/gpu"}
+"""The section of HAMi's built-in default config (InitDefaultDevices)."""
+
+
+def _limit(container: Mapping[str, Any], name: str) -> Any:
+    """A resource's value in limits (AMD reads nothing else); None when absent."""
+    if not name:
+        return None
+    return ((container.get("resources") or {}).get("limits") or {}).get(name)
+
+
+def read_amd_request(
+    adapter: VendorAdapter,
+    container: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    where: str,
+    dropped: list[str] | None,
+) -> DeviceRequest | None:
+    """AMD's GenerateResourceRequests: count 1..MaxInt32, memory 0..MaxInt32 MiB and a
+    core percentage 1..100 (default 100), all from limits; any of them out of
+    range (or not a whole number) drops the request. The percentage field is 0."""
+    names = adapter.resources
+    count = as_int64(_limit(container, names.count))
+    if count is None or not 0 < count <= INT32_MAX:
+        return None
+
+    def drop(name: str, raw: Any, allowed: str) -> None:
+        if dropped is not None:
+            dropped.append(
+                f"{where}.resources.limits.{name}: {raw!s} is not a whole number in {allowed}; "
+                f"HAMi ignores this {AMD} request, so the container gets no device"
+            )
+
+    memory = 0
+    raw_memory = _limit(container, names.memory)
+    if raw_memory is not None:
+        value = as_int64(raw_memory)
+        if value is None or not 0 <= value <= INT32_MAX:
+            drop(names.memory, raw_memory, "0..2147483647")
+            return None
+        memory = value
+    cores = WHOLE_CARD_PERCENT
+    raw_cores = _limit(container, names.cores)
+    if raw_cores is not None:
+        value = as_int64(raw_cores)
+        if value is None or not 1 <= value <= WHOLE_CARD_PERCENT:
+            drop(names.cores, raw_cores, "1..100")
+            return None
+        cores = value
+    return DeviceRequest(
+        vendor=AMD,
+        count=count,
+        memory_mib=memory,
+        memory_percent=0,
+        cores=cores,
+        filters=vendor_filters(adapter, annotations),
+    )
+
+
+def fit_amd(
+    slots: Sequence[Slot],
+    request: DeviceRequest,
+    ctx: FitContext,
+    earlier: Sequence[ContainerGrants],
+) -> tuple[list[Grant] | None, str]:
+    """AMD's Fit, from the tail: health, type, uuid, a free slot, mutex; then memory
+    (0: the whole card) and compute units (`total * percent / 100`, at least 1, at
+    most the card; no percentage with whole-card memory takes every CU)."""
+    wanted = request.count
+    picks: list[Grant] = []
+    failed: Counter[str] = Counter()
+    for slot in reversed(slots):
+        device = slot.device
+        if not device.healthy:
+            failed[reasons.CARD_NOT_HEALTH] += 1
+            continue
+        if not type_allowed(request.filters, device):
+            failed[reasons.CARD_TYPE_MISMATCH] += 1
+            continue
+        if not uuid_allowed(request.filters, device.id):
+            failed[reasons.CARD_UUID_MISMATCH] += 1
+            continue
+        if device.count <= slot.used:
+            failed[reasons.CARD_TIME_SLICING_EXHAUSTED] += 1
+            continue
+        if ctx.policy.mutex and slot.used > 0:
+            failed[reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+            continue
+        memory = request.memory_mib
+        if memory <= 0 and device.memory_mib > 0:
+            memory = device.memory_mib
+        if device.memory_mib - slot.memory < memory:
+            failed[reasons.CARD_INSUFFICIENT_MEMORY] += 1
+            continue
+        cores = 0
+        if request.cores > 0:
+            if device.cores <= 0:
+                failed[reasons.CARD_INSUFFICIENT_CORE] += 1
+                continue
+            cores = min(max(device.cores * request.cores // 100, 1), device.cores)
+        elif device.memory_mib > 0 and memory >= device.memory_mib:
+            cores = device.cores
+        if device.cores - slot.cores < cores:
+            failed[reasons.CARD_INSUFFICIENT_CORE] += 1
+            continue
+        picks.append(Grant(device.id, AMD, memory, cores, device.index, device.type))
+        if len(picks) == wanted:
+            return picks, ""
+    if picks:
+        failed[reasons.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picks)
+    return None, reasons.format_reason(failed, len(slots))
+
+
+def amd_adapter(config: AMDConfig) -> VendorAdapter:
+    """The engine's AMD adapter for one `amd:` section."""
+    adapter = VendorAdapter(
+        name=AMD,
+        common_word=AMD,
+        resources=ResourceNames(
+            count=config.resource_count_name,
+            memory=config.resource_memory_name,
+            memory_percentage="",
+            cores=config.resource_core_name,
+        ),
+        annotations=AnnotationKeys(
+            use_types=USE_TYPE,
+            no_use_types=NO_USE_TYPE,
+            use_uuids=USE_UUID,
+            no_use_uuids=NO_USE_UUID,
+            numa_bind=None,
+            mode=None,
+            devices_to_allocate=TO_ALLOCATE,
+            devices_allocated=ALLOCATED,
+        ),
+        default_count=0,
+        default_cores=WHOLE_CARD_PERCENT,
+        fit=fit_amd,
+    )
+
+    def read(
+        container: Mapping[str, Any],
+        annotations: Mapping[str, str],
+        where: str,
+        dropped: list[str] | None,
+    ) -> DeviceRequest | None:
+        return read_amd_request(adapter, container, annotations, where, dropped)
+
+    return replace(adapter, read_request=read)
+
+
+class AMDBackend(VendorBackend):
+    """HAMi's AMD backend."""
+
+    def __init__(self, config: AMDConfig) -> None:
+        super().__init__(amd_adapter(config), register_key=REGISTER, handshake_key=None)
+
+    def decode_register(self, value: str) -> list[RegisteredDevice]:
+        """GetNodeDevices: UnMarshalNodeDevices only."""
+        return decode_node_devices_json(value, REGISTER)
+
+    def node_devices(
+        self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
+    ) -> VendorNodeDevices:
+        """The JSON register, dropped when CheckHealth fails: no count in capacity."""
+        read = super().node_devices(node, now, handshake_timeout)
+        gone = self.count_resource and node_quantity(node, "capacity", self.count_resource) <= 0
+        if read.usable and gone:
+            problem = f"{self.count_resource} capacity is 0: the AMD device plugin is gone"
+            return VendorNodeDevices(self.name, (), read.register_value, problem, False)
+        return read
+
+    def mutate(
+        self, container: Mapping[str, Any], pod: Mapping[str, Any], where: str
+    ) -> ContainerMutation:
+        """True when the count, memory or core resource is in limits; with the count, a
+        core value that is not a whole percentage in 1..100 is refused."""
+        names = self.adapter.resources
+        count = _limit(container, names.count)
+        cores = _limit(container, names.cores)
+        if count is not None and cores is not None:
+            value = as_int64(cores)
+            if value is None or not 1 <= value <= WHOLE_CARD_PERCENT:
+                raise InvalidParameterError(
+                    f"{where}.resources.limits.{names.cores}",
+                    f"{names.cores} must be an integer percentage between 1 and 100",
+                )
+        found = any(_limit(container, name) is not None for name in (names.count, names.memory))
+        return ContainerMutation(found or cores is not None)
+
+
+FAMILY = BackendFamily(
+    section="amd",
+    model=AMDConfig,
+    build=lambda config: (AMDBackend(config),),
+    default=HAMI_DEFAULT,
+)
