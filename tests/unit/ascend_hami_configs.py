@@ -71,8 +71,9 @@ FIT_CONFIGS_YAML = """
     - {name: vir02, memory: 6144, aiCore: 2, aiCPU: 2}
     - {name: vir04, memory: 12288, aiCore: 4, aiCPU: 4}
 """
-"""TestDevices_Fit's chips (its 910B4-1 entry repeats commonWord Ascend910B4, so
-HAMi keeps one backend per commonWord and so do we)."""
+"""TestDevices_Fit's chips. Its 910B4-1 entry repeats commonWord Ascend910B4, which HAMi's
+DevicesMap keeps once (the last); it is left out here, since this scheduler refuses a
+repeated commonWord at start-up instead."""
 
 ASCEND_910A: dict[str, Any] = {
     "chipName": "910A",
