@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from api.vgpu_config import VGPUConfig
-from controller.legacy.config import DeviceConfig
+from controller.legacy.config import DeviceConfigFile
 from kubeletplugin.gpus import MockGpuFile
 from kubeletplugin.node_config import NodeConfig
 
@@ -55,7 +55,7 @@ SECTIONS = (
     ),
     Section(
         "Legacy device config (HAMi's `device-config.yaml`)",
-        DeviceConfig,
+        DeviceConfigFile,
         "Key `device-config.yaml` of the `hami-scheduler-device` ConfigMap, read by"
         " `dra-driver scheduler|extender|webhook --device-config-file`,"
         " in HAMi's own format so an existing HAMi ConfigMap works unchanged.",

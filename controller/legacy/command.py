@@ -29,6 +29,10 @@ from typing import TYPE_CHECKING
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 from dra_driver.cli.registration import Subcommands
 
+VENDOR_FLAGS = ("enable-ascend", "enable-iluvatar")
+"""HAMi's vendor switches; the registry refuses a name it does not know
+(`dra_driver.engine.vendor_backends.registry.ENABLE_FLAGS`), so the two stay equal."""
+
 if TYPE_CHECKING:
     from controller.legacy.config import LegacySettings
     from controller.legacy.server import ServeSettings
@@ -161,6 +165,13 @@ def _register_role(commands: Subcommands, name: str) -> None:
         env="FORCE_OVERWRITE_DEFAULT_SCHEDULER",
         default=True,
     )
+    for flag in VENDOR_FLAGS:
+        parser.add_argument(
+            f"--{flag}",
+            action="store_true",
+            env=flag.upper().replace("-", "_"),
+            help=f"HAMi's --{flag}: schedule that vendor's devices too (off by default)",
+        )
     add_process_args(parser)
     parser.set_defaults(handler=run_legacy, extender=role.extender, webhook=role.webhook)
 
@@ -205,6 +216,9 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
         enforcement_opt_out_namespaces=_names(args.enforcement_opt_out_namespaces),
+        enabled_vendor_flags=frozenset(
+            flag for flag in VENDOR_FLAGS if getattr(args, flag.replace("-", "_"))
+        ),
         caller_auth=CallerAuthSettings(
             enabled=args.authenticate_callers,
             allowed_callers=allowed,

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from dra_driver.engine.engine import EngineSettings
 from dra_driver.engine.vendor_backends.nvidia import CorePolicy, NvidiaConfig
 from dra_driver.engine.vendor_backends.registry import (
+    FAMILIES,
     BackendRegistry,
     build_backends,
     read_sections,
@@ -45,6 +47,27 @@ class DeviceConfig:
     def backends(self, enabled_flags: frozenset[str] = frozenset()) -> BackendRegistry:
         """The vendor backends this config and the `--enable-*` flags select."""
         return build_backends(self.sections, enabled_flags)
+
+
+def _file_model() -> type[BaseModel]:
+    """The file's shape as one model, a field per vendor section (the first family of a
+    section that several share), for the generated configuration reference."""
+    fields: dict[str, Any] = {}
+    for family in FAMILIES:
+        if family.section not in fields:
+            empty = list if getattr(family.model, "__origin__", None) is list else family.model
+            fields[family.section] = (family.model, Field(default_factory=empty))
+    return create_model(
+        "DeviceConfigFile",
+        __config__=ConfigDict(extra="ignore"),
+        __doc__="HAMi's device-config.yaml: one section per vendor; a section left out "
+        "leaves its vendor off (NVIDIA keeps its defaults); no file at all is HAMi's "
+        "built-in default config.",
+        **fields,
+    )
+
+
+DeviceConfigFile = _file_model()
 
 
 def parse_device_config(document: Any, source: str = "device config") -> DeviceConfig:
@@ -135,6 +158,7 @@ __all__ = [
     "CallerAuthSettings",
     "CorePolicy",
     "DeviceConfig",
+    "DeviceConfigFile",
     "LegacySettings",
     "NvidiaConfig",
     "load_device_config",
