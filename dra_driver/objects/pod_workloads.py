@@ -204,13 +204,23 @@ def _vendor_request(
     )
 
 
+MATCHES_NOTHING = ","
+"""The entry a filter list holds when its annotation has only empty entries (`", "`):
+HAMi's CheckType and CheckUUID then match no device (a `use` list refuses every
+card, a `no-use` list refuses none), and no type or uuid can contain the comma the
+list was split on."""
+
+
 def vendor_filters(vendor: VendorAdapter, annotations: Mapping[str, str]) -> DeviceFilters:
     """The vendor's device filters from pod annotations (comma lists, entries
-    trimmed, empty entries and empty values constraining nothing)."""
+    trimmed and empty ones skipped; a blank value constrains nothing, one with
+    only empty entries matches no device, as in HAMi)."""
     names = vendor.annotations
 
     def listed(key: str) -> tuple[str, ...]:
-        return tuple(item.strip() for item in annotations.get(key, "").split(",") if item.strip())
+        raw = annotations.get(key, "") if key else ""
+        items = tuple(item.strip() for item in raw.split(",") if item.strip())
+        return items or ((MATCHES_NOTHING,) if raw.strip() else ())
 
     return DeviceFilters(
         use_types=listed(names.use_types),
