@@ -7,13 +7,15 @@ over each vendor's key: `hami.io/vgpu-devices-allocated` for NVIDIA,
 merged container by container; init containers are collapsed (per device,
 the larger of the biggest init container and the sum of the app containers);
 once every init container has succeeded only the app containers count.
+A vendor may tag its grants with what its Fit reads of the pod
+(`VendorBackend.usage_tag`: Metax sGPU's app class and qos policy).
 Reference: hami-protocol.md §2 (node usage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from api import hami_annotations as keys
@@ -100,10 +102,12 @@ def read_pod_allocation(
     if not node or is_terminated(pod):
         return None
     per_vendor: list[tuple[str, PodDevices]] = []
+    tags: dict[str, str] = {}
     for backend in backends:
         devices = backend.allocated_devices(annotations)
         if devices is not None:
             per_vendor.append((backend.name, devices))
+            tags[backend.name] = backend.usage_tag(annotations)
     if not per_vendor:
         return None
     longest = max(len(devices) for _, devices in per_vendor)
@@ -114,6 +118,14 @@ def read_pod_allocation(
             for vendor, devices in per_vendor
         ]
     placement = placement_from_devices(node, per_vendor, init_count, indices_of(node))
+    if any(tags.values()):
+        placement = replace(
+            placement,
+            containers=tuple(
+                tuple(replace(grant, tag=tags.get(grant.vendor, "")) for grant in container)
+                for container in placement.containers
+            ),
+        )
     usage = collapse_pod_usage(placement.containers, init_count)
     if not usage:
         return None

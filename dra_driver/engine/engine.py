@@ -11,7 +11,8 @@ refuses one of the containers HAMi fits first is refused in one counting
 pass over its devices (`single_request`).
 
 A vendor with its own ScoreNode (`VendorAdapter.score`: Ascend's NetworkID
-share, Kunlun's fragmentation) adds a score that depends on the devices the
+share, Kunlun's fragmentation; `usage_score` when it reads the usage before the
+pod, as Metax sGPU does) adds a score that depends on the devices the
 pod gets, so for a pod asking for such a vendor every node is fitted and the
 best total (node score plus the vendors' scores, HAMi's OverrideScore) wins,
 ties going to the node tried first.
@@ -108,7 +109,7 @@ class NodeState:
         self.profiles = tuple(device_profile(device, node.cordoned) for device in node.devices)
         self._facts: tuple[DeviceFacts, ...] | None = None
         self.slots = [
-            Slot(d, u.used, u.memory_mib, u.cores)
+            Slot(d, u.used, u.memory_mib, u.cores, u.tags)
             for d in node.devices
             for u in (usage.get(d.id, DeviceUsage()),)
         ]
@@ -273,9 +274,10 @@ class Engine:
             if self.vendors.get(request.vendor).fit is not None
         )
         scorers = any(
-            self.vendors.get(request.vendor).score is not None
+            vendor.score is not None or vendor.usage_score is not None
             for container in pod.all_containers
             for request in container
+            for vendor in (self.vendors.get(request.vendor),)
         )
         for name in self._preference(node_policy):
             if allowed is not None and name not in allowed:
@@ -381,9 +383,15 @@ class Engine:
         vendors = dict.fromkeys(r.vendor for c in pod.all_containers for r in c)
         total = 0.0
         for name in vendors:
-            scorer = self.vendors.get(name).score
-            if scorer is not None:
-                total += scorer(state.node, placement.containers, pod.all_containers, node_policy)
+            vendor = self.vendors.get(name)
+            if vendor.score is not None:
+                total += vendor.score(
+                    state.node, placement.containers, pod.all_containers, node_policy
+                )
+            if vendor.usage_score is not None:
+                total += vendor.usage_score(
+                    state.slots, placement.containers, pod.all_containers, node_policy
+                )
         return total
 
     def _fit(self, state: NodeState, pod: PodRequest, gpu_policy: GpuPolicy) -> Placement | str:
@@ -429,6 +437,8 @@ class Engine:
             slot.used += sign * usage.used
             slot.memory += sign * usage.memory_mib
             slot.cores += sign * usage.cores
+            if usage.tags:
+                slot.tags = _with_tags(slot.tags, usage.tags, sign)
         if stale:
             log.debug(
                 "usage of devices the inventory no longer has is ignored",
@@ -479,6 +489,17 @@ def _better(score: float, best: float, node_policy: str) -> bool:
     """Binpack takes the highest total, spread the lowest (HAMi sorts by Less and
     takes the last node)."""
     return score > best if node_policy == BINPACK else score < best
+
+
+def _with_tags(tags: tuple[str, ...], change: tuple[str, ...], sign: int) -> tuple[str, ...]:
+    """A device's tags with a placement's added (sign 1) or one of each removed (-1)."""
+    if sign > 0:
+        return tags + change
+    kept = list(tags)
+    for tag in change:
+        if tag in kept:
+            kept.remove(tag)
+    return tuple(kept)
 
 
 def _binpack_order(order: list[tuple[float, str]]) -> Iterable[str]:

@@ -44,6 +44,9 @@ class Grant:
     device_type: str = ""
     """The `Type` the pod annotation names; empty: the vendor (request Type). AMD's
     Fit names the card's registered type instead."""
+    tag: str = ""
+    """What later Fits of the device must know of the pod (kept in the device's
+    `DeviceUsage.tags`); empty: nothing (every vendor but Metax sGPU)."""
 
 
 ContainerGrants = tuple[Grant, ...]
@@ -52,17 +55,22 @@ ContainerGrants = tuple[Grant, ...]
 class Slot:
     """A device and its running usage while a pod is being fitted."""
 
-    __slots__ = ("cores", "device", "memory", "score", "used")
+    __slots__ = ("cores", "device", "memory", "score", "tags", "used")
 
-    def __init__(self, device: Device, used: int, memory: int, cores: int) -> None:
+    def __init__(
+        self, device: Device, used: int, memory: int, cores: int, tags: tuple[str, ...] = ()
+    ) -> None:
         self.device = device
         self.used = used
         self.memory = memory
         self.cores = cores
+        self.tags = tags
+        """The tags of the shares committed on the device (`DeviceUsage.tags`); the pod
+        being fitted adds none, as HAMi adds no PodInfo for it."""
         self.score = 0.0
 
     def copy(self) -> Slot:
-        return Slot(self.device, self.used, self.memory, self.cores)
+        return Slot(self.device, self.used, self.memory, self.cores, self.tags)
 
 
 @dataclass(frozen=True, slots=True)

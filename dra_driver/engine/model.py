@@ -39,12 +39,17 @@ class DeviceUsage:
     used: int = 0
     memory_mib: int = 0
     cores: int = 0
+    tags: tuple[str, ...] = ()
+    """One entry per share whose grant carries a tag (`Grant.tag`): what a vendor's
+    own Fit or score must know of the pods already on the device (HAMi's
+    DeviceUsage.PodInfos; Metax sGPU reads their app class and qos policy)."""
 
     def plus(self, other: DeviceUsage) -> DeviceUsage:
         return DeviceUsage(
             self.used + other.used,
             self.memory_mib + other.memory_mib,
             self.cores + other.cores,
+            self.tags + other.tags,
         )
 
 

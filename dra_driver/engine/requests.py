@@ -45,6 +45,10 @@ class DeviceRequest:
     memory_percent: int = MEMORY_PERCENT_UNSET
     cores: int = 0
     filters: DeviceFilters = NO_FILTERS
+    pod_facts: tuple[tuple[str, str], ...] = ()
+    """Pod annotations a vendor's own Fit or score reads, as (key, value) pairs of the
+    keys present (Metax sGPU's app class, qos policy, topology-aware); part of
+    the request's shape, so refusals are remembered per value."""
 
     def memory_on(self, device_memory_mib: int) -> int:
         """MiB this request takes on a device of the given size (Fit's arithmetic)."""

@@ -73,6 +73,20 @@ class NodeScorer(Protocol):
     ) -> float: ...
 
 
+class UsageScorer(Protocol):
+    """A ScoreNode that also reads the node's devices with their usage before the pod
+    (`slots`: who is on each card, which cards are free), e.g. Metax sGPU's
+    online load and MetaLink zones. Otherwise as `NodeScorer`."""
+
+    def __call__(
+        self,
+        slots: Sequence[Slot],
+        grants: Sequence[ContainerGrants],
+        container_requests: Sequence[ContainerRequest],
+        node_policy: str,
+    ) -> float: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceNames:
     """Extended-resource names a pod uses for this vendor (HAMi's NvidiaConfig).
@@ -127,6 +141,8 @@ class VendorAdapter:
     """None: HAMi's standard Fit (`dra_driver.engine.fit.fit_request`)."""
     score: NodeScorer | None = None
     """None: ScoreNode is 0, as for NVIDIA."""
+    usage_score: UsageScorer | None = None
+    """None: no ScoreNode over the usage before the pod."""
 
     def matches(self, device_type: str) -> bool:
         """HAMi's getNodeResources: the device type contains the vendor name."""

@@ -315,6 +315,11 @@ class VendorBackend:
             for container in containers
         ]
 
+    def usage_tag(self, annotations: Mapping[str, str]) -> str:
+        """The `Grant.tag` of a pod already holding this vendor's devices, from its
+        annotations: what later Fits must know of it. Default: nothing."""
+        return ""
+
     def allocated_devices(self, annotations: Mapping[str, str]) -> PodDevices | None:
         """What the pod holds of this vendor per its allocated key (None: no key).
         AnnotationDecodeError when the value is malformed."""
