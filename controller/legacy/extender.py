@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from api import hami_annotations as keys
@@ -32,7 +32,13 @@ from dra_driver.engine.engine import Placement
 from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
-from dra_driver.engine.vendor_backends.base import LockKind, LockRule, VendorBackend
+from dra_driver.engine.vendor_backends.base import (
+    LockKind,
+    LockRule,
+    PatchContext,
+    VendorBackend,
+    annotations_of,
+)
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
@@ -131,21 +137,18 @@ def filter_answer(
 
 
 def pod_annotations(
-    placement: Placement,
-    node: str,
-    now: int,
-    backends: Iterable[VendorBackend],
-    current: Mapping[str, str] | None = None,
+    placement: Placement, backends: Iterable[VendorBackend], context: PatchContext
 ) -> dict[str, str]:
-    """The annotations HAMi's Filter writes: the node and time, and each vendor's
-    PatchAnnotations for the devices it was given (NVIDIA: both device keys
-    carry the same string). Each vendor sees the pod's `current` annotations
-    under those already set (HAMi passes it the pod and its annoinput; Ascend
-    reads the pod's `huawei.com/vnpu-mode`)."""
-    result = {keys.VGPU_NODE: node, keys.VGPU_TIME: str(now)}
+    """The annotations HAMi's Filter writes: the node and time (seconds), and each
+    vendor's PatchAnnotations for the devices it was given (NVIDIA: both device
+    keys carry the same string). Each vendor gets `context` with `assigned` the
+    pod's own annotations under those already set (HAMi passes it the pod and its
+    annoinput; Ascend reads the pod's `huawei.com/vnpu-mode`)."""
+    result = {keys.VGPU_NODE: context.node, keys.VGPU_TIME: str(context.now_ns // 1_000_000_000)}
+    own = annotations_of(context.pod)
     for backend in backends:
-        seen = {**(current or {}), **result}
-        result.update(backend.placement_annotations(placement.containers, seen))
+        seen = replace(context, assigned={**own, **result})
+        result.update(backend.pod_annotations(placement.containers, seen))
     return result
 
 
@@ -258,6 +261,7 @@ class Extender:
             failed.update(decision.failures)
             placement = decision.placement
             if placement is not None:
+                devices = engine.node_state(placement.node).node.devices
                 engine.commit(request, placement)
                 self.state.record(
                     PodAllocation(
@@ -274,15 +278,16 @@ class Extender:
             self._pod_event(pod, WARNING, FILTERING_FAILED, message)
             return filter_answer([], failed)
         node = placement.node
+        context = PatchContext(
+            pod=pod,
+            node=node,
+            devices=devices,
+            requests=request.all_containers,
+            now_ns=time.time_ns(),
+        )
         body = {
             "metadata": {
-                "annotations": pod_annotations(
-                    placement,
-                    node,
-                    int(time.time()),
-                    self.state.backends,
-                    (pod.get("metadata") or {}).get("annotations") or {},
-                ),
+                "annotations": pod_annotations(placement, self.state.backends, context),
                 "labels": {keys.VGPU_NODE: node},
             }
         }
@@ -340,21 +345,29 @@ class Extender:
         return {"Error": ""}
 
     def _lockers_for(self, request: PodRequest) -> list[NodeLocker]:
-        """The node locks the pod's vendors take, each once: the shared
-        `hami.io/mutex.lock` for every vendor that uses it (one lock for a
-        multi-vendor pod), then each vendor lock of its own; none for vendors
-        that do not lock."""
-        shared = False
-        own: dict[str, NodeLocker] = {}
-        for backend in self.state.backends:
+        """The node locks the pod's vendors take, in HAMi's order (each vendor's
+        LockNode in turn, the vendors sorted by common word: `GPU` before `MLU`):
+        the shared `hami.io/mutex.lock` once, where the first vendor using it comes
+        (it is re-entrant for the pod, so a multi-vendor pod holds one), and each
+        vendor lock of its own (Cambricon's `cambricon.com/dsmlu.lock`); none for
+        vendors that do not lock or that the pod's app containers do not ask for.
+
+        HAMi's scheduler releases none of them after a successful bind: the shared
+        lock is released by the device plugin's Allocate, Cambricon's by
+        Cambricon's device plugin once it has allocated the pod. After a failed
+        bind this scheduler releases only the locks it took for the pod; HAMi's
+        asks every vendor to release, and Cambricon's release removes a lock
+        another pod's bind holds, letting two MLU pods in at once."""
+        lockers: dict[str, NodeLocker] = {}
+        for backend in sorted(self.state.backends, key=lambda b: b.adapter.common_word):
             if not backend.needs_lock(request):
                 continue
             rule = backend.lock
             if rule.kind is LockKind.SHARED:
-                shared = True
-            elif rule.kind is LockKind.OWN and rule.key and rule.key not in own:
-                own[rule.key] = self._own_locker(rule)
-        return ([self.locker] if shared else []) + list(own.values())
+                lockers.setdefault(self.locker.key, self.locker)
+            elif rule.kind is LockKind.OWN and rule.key:
+                lockers.setdefault(rule.key, self._own_locker(rule))
+        return list(lockers.values())
 
     def _own_locker(self, rule: LockRule) -> NodeLocker:
         assert rule.key is not None

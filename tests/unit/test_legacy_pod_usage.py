@@ -21,6 +21,7 @@ from dra_driver.engine.engine import Engine, Placement
 from dra_driver.engine.fit import Grant
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.requests import DeviceRequest, PodRequest
+from dra_driver.engine.vendor_backends.base import PatchContext
 from dra_driver.engine.vendor_backends.nvidia import NvidiaBackend
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
@@ -40,7 +41,9 @@ def test_filter_annotations_match_hami_bytes() -> None:
         ),
         score=0.0,
     )
-    annotations = pod_annotations(placement, "gpu-node-2", 1796032800, NVIDIA_ONLY)
+    annotations = pod_annotations(
+        placement, NVIDIA_ONLY, PatchContext(node="gpu-node-2", now_ns=1796032800 * 10**9)
+    )
     assert annotations == {
         VGPU_NODE: "gpu-node-2",
         VGPU_TIME: "1796032800",
@@ -53,9 +56,9 @@ def test_empty_containers_are_kept_in_the_list() -> None:
     placement = Placement(
         node="n", containers=((), (Grant("GPU-a", "NVIDIA", 1024, 30, 0),), ()), score=0.0
     )
-    assert pod_annotations(placement, "n", 0, NVIDIA_ONLY)[VGPU_DEVICES_ALLOCATED] == (
-        ";GPU-a,NVIDIA,1024,30:;;"
-    )
+    assert pod_annotations(placement, NVIDIA_ONLY, PatchContext(node="n"))[
+        VGPU_DEVICES_ALLOCATED
+    ] == (";GPU-a,NVIDIA,1024,30:;;")
 
 
 def pod(devices: str, *, init: int = 0, phase: str = "Pending", init_done: bool = False) -> dict:
@@ -145,7 +148,7 @@ def test_shared_uuids_never_let_a_card_hold_more_than_its_capacity() -> None:
         if placement is None:
             continue
         engine.commit(request, placement)
-        annotations = pod_annotations(placement, placement.node, 0, NVIDIA_ONLY)
+        annotations = pod_annotations(placement, NVIDIA_ONLY, PatchContext(node=placement.node))
         metadata = {"uid": f"u{i}", "namespace": "ns", "name": f"p{i}", "annotations": annotations}
         pods.append({"metadata": metadata, "spec": {}, "status": {}})
     used: dict[tuple[str, str], DeviceUsage] = {}

@@ -31,6 +31,7 @@ from dra_driver.engine.vendor_backends.ascend_chips import (
     VnpusConfig,
     dra_offer,
 )
+from dra_driver.engine.vendor_backends.base import PatchContext
 from dra_driver.engine.vendor_backends.registry import build_backends, read_sections
 from dra_driver.errors import InvalidParameterError
 
@@ -496,7 +497,9 @@ PATCH_910A = with_changes(ASCEND_910A, memoryCapacity=1024)
 
 def test_pod_annotations_exist_device() -> None:
     chip = backend(PATCH_910A)
-    result = chip.placement_annotations(grants([("device-0", 8738, 1)]), {keys.VGPU_TIME: "17"})
+    result = chip.pod_annotations(
+        grants([("device-0", 8738, 1)]), PatchContext(assigned={keys.VGPU_TIME: "17"})
+    )
     assert result == {
         "hami.io/Ascend910A-devices-to-allocate": "device-0,Ascend,8738,1:;",
         "hami.io/Ascend910A-devices-allocated": "device-0,Ascend,8738,1:;",
@@ -506,14 +509,17 @@ def test_pod_annotations_exist_device() -> None:
 
 
 def test_pod_annotations_no_device() -> None:
-    assert backend(PATCH_910A).placement_annotations([(), ()], {keys.VGPU_TIME: "1"}) == {}
+    assert (
+        backend(PATCH_910A).pod_annotations([(), ()], PatchContext(assigned={keys.VGPU_TIME: "1"}))
+        == {}
+    )
 
 
 def test_pod_annotations_hami_core_mode_has_no_template() -> None:
     chip = backend(with_changes(ASCEND_910B3_CORE, memoryAllocatable=0, memoryCapacity=0))
     assigned = {keys.VGPU_TIME: "1", ascend.VNPU_MODE: ascend.HAMI_CORE}
-    result = chip.placement_annotations(
-        grants([("ascend-uuid-1", 8192, 5)], vendor="Ascend910B3"), assigned
+    result = chip.pod_annotations(
+        grants([("ascend-uuid-1", 8192, 5)], vendor="Ascend910B3"), PatchContext(assigned=assigned)
     )
     assert json.loads(result["huawei.com/Ascend910B3"]) == [
         {"UUID": "ascend-uuid-1", "memory": 8192, "core": 5}
@@ -523,7 +529,7 @@ def test_pod_annotations_hami_core_mode_has_no_template() -> None:
 
 def test_pod_annotations_zero_core_is_left_out() -> None:
     chip = backend(ASCEND_910A)
-    result = chip.placement_annotations(grants([("device-zero-core", 8738, 0)]), {})
+    result = chip.pod_annotations(grants([("device-zero-core", 8738, 0)]))
     assert result["huawei.com/Ascend910A"] == (
         '[{"UUID":"device-zero-core","temp":"vir08","memory":8738}]'
     )
@@ -532,8 +538,9 @@ def test_pod_annotations_zero_core_is_left_out() -> None:
 
 def test_pod_annotations_list_every_container_in_order() -> None:
     chip = backend(ASCEND_910A)
-    result = chip.placement_annotations(
-        grants([("a", 2184, 0)], [], [("b", 32768, 0), ("c", 17476, 0)]), {keys.VGPU_TIME: "5"}
+    result = chip.pod_annotations(
+        grants([("a", 2184, 0)], [], [("b", 32768, 0), ("c", 17476, 0)]),
+        PatchContext(assigned={keys.VGPU_TIME: "5"}),
     )
     assert result["hami.io/Ascend910A-devices-allocated"] == (
         "a,Ascend,2184,0:;;b,Ascend,32768,0:c,Ascend,17476,0:;"
@@ -547,7 +554,7 @@ def test_pod_annotations_list_every_container_in_order() -> None:
 
 def test_pod_annotations_read_back_as_usage() -> None:
     chip = backend(ASCEND_910A)
-    written = chip.placement_annotations(grants([("a", 2184, 0)]), {})
+    written = chip.pod_annotations(grants([("a", 2184, 0)]))
     (held,) = chip.allocated_devices(written) or []
     assert [(d.uuid, d.usedmem) for d in held] == [("a", 2184)]
 

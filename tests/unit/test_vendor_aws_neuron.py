@@ -11,6 +11,7 @@ from vendor_fit_helpers import run_fit
 from dra_driver.engine.fit import Grant
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends import aws_neuron
+from dra_driver.engine.vendor_backends.base import PatchContext
 from dra_driver.errors import InvalidParameterError
 
 INT32_MAX = (1 << 31) - 1
@@ -214,7 +215,7 @@ def pod(init: list[dict], app: list[dict]) -> dict:
 )
 def test_pod_annotations(spec, grants, ids, resource_type) -> None:
     """Test_PatchAnnotations: device indexes or core ids, the node and the flags."""
-    got = backend().neuron_annotations(grants, spec, "node-a", now_ns=42)
+    got = backend().pod_annotations(grants, PatchContext(pod=spec, node="node-a", now_ns=42))
     assert got["AWS_NEURON_IDS"] == ids
     assert got.get("NEURON_RESOURCE_TYPE") == resource_type
     assert got["aws.amazon.com/predicate-node"] == "node-a"

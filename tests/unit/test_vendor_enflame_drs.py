@@ -13,6 +13,7 @@ from vendor_fit_helpers import run_fit
 from dra_driver.engine.fit import Grant
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends import enflame_drs
+from dra_driver.engine.vendor_backends.base import PatchContext
 from dra_driver.errors import InvalidParameterError
 
 PROFILES = {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}
@@ -118,7 +119,8 @@ def test_pod_annotations() -> None:
     devices = backend.node_devices(node, NOW, timedelta(seconds=60)).devices
     grants = [(Grant("node-a-enflame-drs-0", "Enflame", 20480, 50, 0),)]
     pod = {"spec": {"containers": [{"name": "pod-gcu-example1"}]}}
-    got = backend.drs_annotations(grants, pod, devices, [R(3, 0, 0)], now_ns=7)
+    context = PatchContext(pod=pod, devices=devices, requests=((R(3, 0, 0),),), now_ns=7)
+    got = backend.pod_annotations(grants, context)
     assert (
         got["hami.io/enflame-vgpu-devices-allocated"] == "node-a-enflame-drs-0,Enflame,20480,50:;"
     )

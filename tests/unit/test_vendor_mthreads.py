@@ -25,7 +25,7 @@ from dra_driver.engine.fit import FitContext, Grant
 from dra_driver.engine.model import Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
-from dra_driver.engine.vendor_backends.base import LockKind
+from dra_driver.engine.vendor_backends.base import LockKind, PatchContext
 from dra_driver.engine.vendor_backends.mthreads import MthreadsBackend
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
@@ -269,10 +269,10 @@ def test_custom_filter_rule_keeps_the_pod_on_one_card() -> None:
 def test_pod_annotations() -> None:
     grant = Grant("test1", MTHREADS, 1000, 1, 0)
     assigned = {keys.VGPU_NODE: "node-a", keys.VGPU_TIME: "1700000000"}
-    assert BACKEND.placement_annotations([(grant,)], assigned) == {
+    assert BACKEND.pod_annotations([(grant,)], PatchContext(assigned=assigned)) == {
         "hami.io/mthreads-vgpu-devices-allocated": "test1,Mthreads,1000,1:;",
         "mthreads.com/gpu-index": "0",
         "mthreads.com/predicate-time": "1700000000000000000",
         "mthreads.com/predicate-node": "node-a",
     }
-    assert BACKEND.placement_annotations([], assigned) == {}
+    assert BACKEND.pod_annotations([], PatchContext(assigned=assigned)) == {}

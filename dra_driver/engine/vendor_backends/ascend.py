@@ -52,8 +52,10 @@ from dra_driver.engine.vendor_backends.ascend_chips import (
     VnpusConfig,
 )
 from dra_driver.engine.vendor_backends.base import (
+    NO_PATCH_CONTEXT,
     BackendFamily,
     ContainerMutation,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     annotations_of,
@@ -439,15 +441,16 @@ class AscendBackend(VendorBackend):
 
     # -- pod annotations (PatchAnnotations)
 
-    def placement_annotations(
-        self, containers: Sequence[ContainerGrants], assigned: Mapping[str, str]
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
     ) -> dict[str, str]:
         """Both pod keys, `predicate-time` (Filter's `hami.io/vgpu-time`) and the runtime
         JSON, whose hami-core form the pod's own `huawei.com/vnpu-mode` (under the
-        annotations Filter set, in `assigned`) selects."""
-        result = self.pod_annotations(containers)
+        annotations Filter set, in `context.assigned`) selects."""
+        result = super().pod_annotations(containers)
         if not result:
             return result
+        assigned = context.assigned
         result[PREDICATE_TIME] = assigned.get(keys.VGPU_TIME) or str(int(time.time()))
         hami_core = assigned.get(VNPU_MODE) == HAMI_CORE
         result[self.runtime_json_key] = self.runtime_json(containers, hami_core)

@@ -14,7 +14,6 @@ webhook only validates, with HAMi's exact messages. The pod keys are only
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -29,8 +28,10 @@ from dra_driver.engine.requests import DeviceFilters, DeviceRequest
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
+    NO_PATCH_CONTEXT,
     BackendFamily,
     ContainerMutation,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     node_quantity,
@@ -314,20 +315,17 @@ class AwsNeuronBackend(VendorBackend):
             "",
         )
 
-    def neuron_annotations(
-        self,
-        containers: Sequence[ContainerGrants],
-        pod: Mapping[str, Any],
-        node: str,
-        now_ns: int | None = None,
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
     ) -> dict[str, str]:
         """PatchAnnotations: the allocated key, and for the device plugin the device
         indexes (containers with a device limit) or core ids (the others) of every
-        container, in order, with the node, time and core resource type."""
-        result = self.pod_annotations(containers)
+        container, in order, with the node (`context.node`), the time and the core
+        resource type. Which containers have a device limit is read from `context.pod`."""
+        result = super().pod_annotations(containers)
         if not result:
             return result
-        spec = pod.get("spec") or {}
+        spec = context.pod.get("spec") or {}
         pod_containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
         ids: list[str] = []
         for position, container in enumerate(containers):
@@ -348,9 +346,9 @@ class AwsNeuronBackend(VendorBackend):
                         result[RESOURCE_TYPE] = CORE_RESOURCE
             if ids:
                 result[ASSIGNED_IDS] = ",".join(ids)
-                result[ALLOC_TIME] = str(time.time_ns() if now_ns is None else now_ns)
+                result[ALLOC_TIME] = str(context.now_ns)
                 result[ALLOCATED_FLAG] = "false"
-                result[ASSIGNED_NODE] = node
+                result[ASSIGNED_NODE] = context.node
         return result
 
 

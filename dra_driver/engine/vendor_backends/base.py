@@ -12,7 +12,7 @@ webhook and the tests share it:
 - `mutate`: MutateAdmission (has the container the resource, what changes);
 - `node_devices`: GetNodeDevices plus CheckHealth;
 - `lock`, `needs_lock`: LockNode's key and rules, or none;
-- `pod_annotations`: PatchAnnotations;
+- `pod_annotations`: PatchAnnotations, over the grants and a `PatchContext`;
 - `allocated_devices`: the devices its allocated key says a pod holds.
 
 The defaults are what most of HAMi's vendors do; a vendor overrides only the
@@ -40,10 +40,10 @@ from api.hami_annotations import (
     encode_pod_devices,
 )
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.fit import ContainerGrants
+from dra_driver.engine.fit import ContainerGrants, Grant
 from dra_driver.engine.model import HAMI_CORE_MODE, Device
 from dra_driver.engine.reasons import NODE_UNREGISTERED
-from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.requests import ContainerRequest, PodRequest
 from dra_driver.engine.vendors import VendorAdapter
 
 
@@ -93,6 +93,32 @@ class ContainerMutation:
 
 
 NO_MUTATION = ContainerMutation(False)
+
+
+@dataclass(frozen=True, slots=True)
+class PatchContext:
+    """What HAMi's PatchAnnotations may read besides the grants, in one record so a
+    vendor that needs more than its grants does not need a hook of its own.
+
+    `pod` is the Pod object (its containers' names and limits), `node` the node
+    Filter chose and `devices` that node's devices in the engine's terms;
+    `requests` are the pod's requests per container in the grants' order (init
+    containers first); `assigned` the annotations already set for the pod
+    (HAMi's annoinput: `hami.io/vgpu-node`, `hami.io/vgpu-time` and the vendors
+    before this one) over the pod's own; `now_ns` the time of the placement in
+    Unix nanoseconds. Most vendors read none of it.
+    """
+
+    pod: Mapping[str, Any] = field(default_factory=dict)
+    node: str = ""
+    devices: tuple[Device, ...] = ()
+    requests: tuple[ContainerRequest, ...] = ()
+    assigned: Mapping[str, str] = field(default_factory=dict)
+    now_ns: int = 0
+
+
+NO_PATCH_CONTEXT = PatchContext()
+"""For callers that have only the grants (usage read-back, the vendors' unit tests)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,10 +306,12 @@ class VendorBackend:
 
     # -- pod annotations
 
-    def pod_annotations(self, containers: Sequence[ContainerGrants]) -> dict[str, str]:
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
+    ) -> dict[str, str]:
         """PatchAnnotations: both keys carry `EncodePodSingleDevice` of the pod's grants
         of this vendor, one entry per container (init first, empties kept), when
-        the pod has any."""
+        the pod has any. The default reads nothing of `context`."""
         devices = self.container_devices(containers)
         if not any(devices):
             return {}
@@ -292,15 +320,6 @@ class VendorBackend:
         if self.to_allocate_key:
             result = {self.to_allocate_key: encoded, **result}
         return result
-
-    def placement_annotations(
-        self, containers: Sequence[ContainerGrants], assigned: Mapping[str, str]
-    ) -> dict[str, str]:
-        """PatchAnnotations as HAMi's Filter calls it, with `assigned` the annotations
-        already set for the pod (`hami.io/vgpu-node`, `hami.io/vgpu-time`), which a
-        vendor may copy (Mthreads' `mthreads.com/predicate-node`), over the pod's own
-        (Ascend reads `huawei.com/vnpu-mode`). Default: `pod_annotations`."""
-        return self.pod_annotations(containers)
 
     def container_devices(self, containers: Sequence[ContainerGrants]) -> PodDevices:
         """The grants of this vendor as HAMi's ContainerDevices, per container."""
@@ -315,9 +334,9 @@ class VendorBackend:
             for container in containers
         ]
 
-    def usage_tag(self, annotations: Mapping[str, str]) -> str:
-        """The `Grant.tag` of a pod already holding this vendor's devices, from its
-        annotations: what later Fits must know of it. Default: nothing."""
+    def usage_tag(self, annotations: Mapping[str, str], grant: Grant) -> str:
+        """The `Grant.tag` of one grant of a pod already holding this vendor's devices,
+        from the pod's annotations: what later Fits must know of it. Default: nothing."""
         return ""
 
     def allocated_devices(self, annotations: Mapping[str, str]) -> PodDevices | None:

@@ -28,9 +28,11 @@ from dra_driver.engine.fit import ContainerGrants
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.base import (
+    NO_PATCH_CONTEXT,
     BackendFamily,
     LockKind,
     LockRule,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     node_quantity,
@@ -149,7 +151,9 @@ class CambriconBackend(VendorBackend):
         )
         return VendorNodeDevices(self.name, devices, problem="")
 
-    def pod_annotations(self, containers: Sequence[ContainerGrants]) -> dict[str, str]:
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
+    ) -> dict[str, str]:
         """Both device keys plus the dsmlu profile of the first device granted."""
         result = super().pod_annotations(containers)
         if not result:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,8 +32,10 @@ from dra_driver.engine.requests import DeviceFilters, DeviceRequest
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
+    NO_PATCH_CONTEXT,
     BackendFamily,
     ContainerMutation,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     annotations_of,
@@ -367,24 +368,25 @@ class EnflameDrsBackend(VendorBackend):
             return VendorNodeDevices(self.name, (), raw, f"no drs devices found on node {name}")
         return VendorNodeDevices(self.name, tuple(devices), raw, "")
 
-    def drs_annotations(
-        self,
-        containers: Sequence[ContainerGrants],
-        pod: Mapping[str, Any],
-        devices: Sequence[Device],
-        requests: Sequence[DeviceRequest | None],
-        now_ns: int | None = None,
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
     ) -> dict[str, str]:
         """PatchAnnotations: the allocated key, `gcu-assigned` false with its time,
         the first granted card's index, id, minor and slices, and per container
-        name its slices and profile (`assigned-containers`, JSON)."""
-        result = self.pod_annotations(containers)
+        name its slices and profile (`assigned-containers`, JSON). The profile is
+        chosen again from the container's request (`context.requests`) on its card
+        (`context.devices`); the names come from `context.pod`."""
+        result = super().pod_annotations(containers)
         if not result:
             return result
         result[ASSIGNED] = "false"
-        result[ASSIGNED_TIME] = str(time.time_ns() if now_ns is None else now_ns)
-        by_id = {device.id: device for device in devices}
-        spec = pod.get("spec") or {}
+        result[ASSIGNED_TIME] = str(context.now_ns)
+        requests = [
+            next((r for r in container if r.vendor == self.name), None)
+            for container in context.requests
+        ]
+        by_id = {device.id: device for device in context.devices}
+        spec = context.pod.get("spec") or {}
         names = [
             c.get("name", "")
             for c in (*(spec.get("initContainers") or []), *(spec.get("containers") or []))

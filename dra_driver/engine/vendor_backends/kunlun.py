@@ -29,13 +29,15 @@ from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
-from dra_driver.engine.model import Device, Node
+from dra_driver.engine.model import Device
 from dra_driver.engine.requests import ContainerRequest, DeviceFilters, DeviceRequest
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
+    NO_PATCH_CONTEXT,
     BackendFamily,
     ContainerMutation,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     node_quantity,
@@ -318,14 +320,18 @@ def vxpu_fit(
 
 
 def whole_score(
-    node: Node,
+    slots: Sequence[Slot],
     grants: Sequence[ContainerGrants],
     container_requests: Sequence[ContainerRequest],
     node_policy: str,
-    busy: Sequence[int] = (),
 ) -> float:
-    """The fragmentation score of the pod's cards against the busy ones."""
-    placed = [grant.index for container in grants for grant in container]
+    """HAMi's ScoreNode for whole cards: the fragmentation of the pod's cards against
+    the cards busy before the pod (`slots`, the node's usage), whatever the policy;
+    0 on a node that has devices of another type too, as HAMi's."""
+    if any(WHOLE_TYPE not in slot.device.type for slot in slots):
+        return 0.0
+    busy = [slot.device.index for slot in slots if slot.used > 0]
+    placed = [grant.index for ctr in grants for grant in ctr if grant.vendor == WHOLE_TYPE]
     return float(fragmentation_score(busy, placed))
 
 
@@ -345,6 +351,7 @@ WHOLE = VendorAdapter(
     ),
     read_request=whole_request,
     fit=whole_fit,
+    usage_score=whole_score,
 )
 
 VXPU = VendorAdapter(
@@ -396,7 +403,9 @@ class KunlunBackend(VendorBackend):
         )
         return VendorNodeDevices(self.name, devices, None, "")
 
-    def pod_annotations(self, containers: Sequence[ContainerGrants]) -> dict[str, str]:
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
+    ) -> dict[str, str]:
         """`hami.io/kunlun-allocated`, and `BAIDU_COM_DEVICE_IDX`: the device indexes
         of the last container that got cards (HAMi overwrites it per container)."""
         result = super().pod_annotations(containers)

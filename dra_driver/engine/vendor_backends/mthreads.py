@@ -33,8 +33,10 @@ from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
+    NO_PATCH_CONTEXT,
     BackendFamily,
     ContainerMutation,
+    PatchContext,
     VendorBackend,
     VendorNodeDevices,
     node_quantity,
@@ -213,14 +215,15 @@ class MthreadsBackend(VendorBackend):
         )
         return VendorNodeDevices(self.name, devices, problem="")
 
-    def placement_annotations(
-        self, containers: Sequence[ContainerGrants], assigned: Mapping[str, str]
+    def pod_annotations(
+        self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
     ) -> dict[str, str]:
         """The allocated key, the device indexes of the last container with devices,
         and when (the nanoseconds of `hami.io/vgpu-time`) and where it was placed."""
-        result = self.pod_annotations(containers)
+        result = super().pod_annotations(containers)
         if not result:
             return result
+        assigned = context.assigned
         last = [g for g in containers if any(x.vendor == self.name for x in g)][-1]
         result[GPU_INDEX] = ",".join(str(g.index) for g in last if g.vendor == self.name)
         seconds = as_int64(assigned.get(keys.VGPU_TIME)) or 0
