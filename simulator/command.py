@@ -50,15 +50,17 @@ def register(commands: Subcommands) -> None:
         type=int,
         env="SIMULATE_NODES",
         default=3,
-        help="NVIDIA nodes (legacy mode: every node)",
+        help="NVIDIA nodes",
     )
     simulate.add_argument(
         "--vendors",
         type=_vendor_list,
         env="SIMULATE_VENDORS",
-        help="DRA modes: comma-separated families whose nodes the cluster has (nvidia, mlu, "
-        "dcu, ascend, iluvatar, metax, mthreads, gcu, xpu, neuron, amd, vastai, biren), each "
-        "selected by its DeviceClass <vendor>.vgpu.hami.io; default: every one of them",
+        help="comma-separated families whose nodes the cluster has (nvidia, mlu, dcu, ascend, "
+        "iluvatar, metax, mthreads, gcu, xpu, neuron, amd, vastai, biren), in DRA modes each "
+        "selected by its DeviceClass <vendor>.vgpu.hami.io, in legacy mode each served by "
+        "HAMi's backend for it (a stand-in playing the vendor's own device plugin); default: "
+        "every one of them",
     )
     simulate.add_argument(
         "--vendor-nodes",

@@ -1,8 +1,11 @@
 """The legacy (device-plugin) path, assembled: webhook -> extender /filter and /bind -> Allocate.
 
-Each node runs the real device plugin (mock GPUs) under the kubelet device-plugin
+Each NVIDIA node runs the real device plugin (mock GPUs) under the kubelet device-plugin
 stand-in, which registers it, reports the split-count replicas as the node's
-allocatable `nvidia.com/gpu`, and calls Allocate over the plugin's socket. The real
+allocatable `nvidia.com/gpu`, and calls Allocate over the plugin's socket. A node of
+another family gets the stand-in for its vendor's own plugin
+(`simulator.legacy_vendors`): its register annotation or capacity, and after /bind the
+bind-phase and lock release that plugin's Allocate writes. The real
 legacy scheduler serves the webhook and the extender over TLS with caller
 authentication on, as deploy/ runs it: /filter and /bind only for kube-scheduler's
 client certificate, /webhook open (`--open-webhook`). The admission stand-in sends
@@ -26,6 +29,7 @@ import yaml
 
 from controller.legacy.config import CallerAuthSettings, LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
+from dra_driver.engine.vendor_backends.registry import BackendRegistry
 from dra_driver.kube.rest import ApiError, KubeClient, object_path
 from dra_driver.status.command import StatusSettings, fetch_status
 from kubeletplugin.deviceplugin.plugin import DevicePlugin, DevicePluginSettings
@@ -43,10 +47,18 @@ from simulator.identities import (
 )
 from simulator.legacy_calls import call_arguments, call_context, post_call
 from simulator.legacy_tls import LOOPBACK, LegacyTLS, write_legacy_tls
+from simulator.legacy_vendors import (
+    ENABLED_FLAGS,
+    device_config,
+    legacy_backend,
+    managed_resources,
+    pod_devices,
+    start_vendor_node,
+)
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
 from simulator.policies import install_policies
 from simulator.report import ContainerReport, PodReport, SimulationReport
-from simulator.settings import SimulationSettings, work_root
+from simulator.settings import FamilyNode, SimulationSettings, work_root
 from simulator.standins.admission import AdmissionClient, WebhookConfig
 from simulator.standins.kubelet_deviceplugin import ContainerRequest, KubeletDevicePlugin
 from simulator.standins.scheduler_extender import (
@@ -54,6 +66,7 @@ from simulator.standins.scheduler_extender import (
     ExtenderTLSConfig,
     SchedulerExtenderClient,
 )
+from simulator.standins.vendor_deviceplugin import VendorDevicePlugin
 from simulator.tamper import CallAnswer, PlacedPod, run_attempts
 from simulator.workloads import Scenario, apply_workloads
 
@@ -80,15 +93,15 @@ async def _start_node(
     stack: AsyncExitStack,
     identities: Identities,
     settings: SimulationSettings,
-    index: int,
+    node: FamilyNode,
     root: Path,
 ) -> KubeletDevicePlugin:
-    """The node (registered by its kubelet), its kubelet stand-in and the device plugin,
-    whose token is bound to the node; kubelet's allocatable reported."""
-    name = settings.shape.node_name(index)
+    """An NVIDIA node (registered by its kubelet), its kubelet stand-in and the device
+    plugin, whose token is bound to the node; kubelet's allocatable reported."""
+    name = node.name
     base = root / name
     base.mkdir(parents=True)
-    (base / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(settings.shape, index)))
+    (base / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(settings.shape, node.index)))
     node_client = await identities.client(kubelet(name))
     await register_node(node_client, name)
     plugin_settings = DevicePluginSettings(
@@ -127,7 +140,9 @@ class LegacyCluster:
     base_url: str
     webhook: AdmissionClient
     scheduler: SchedulerExtenderClient
+    backends: BackendRegistry
     kubelets: dict[str, KubeletDevicePlugin] = field(default_factory=dict)
+    vendor_plugins: dict[str, VendorDevicePlugin] = field(default_factory=dict)
 
     def user_info(self, identity: Identity | None) -> dict[str, Any]:
         """`userInfo` of an AdmissionReview: who the API server says made the request."""
@@ -157,15 +172,22 @@ class LegacyCluster:
             report.reason = f"{cycle.reason}: {cycle.message}"
             return PlacedPod(stored=stored, report=report)
         report.node = cycle.node
-        admission = await self.kubelets[cycle.node].admit_pod(
-            stored["metadata"]["uid"], RESOURCE, container_requests(stored)
-        )
-        for container, response in admission.responses.items():
-            report.containers[container] = ContainerReport(
-                cdi_devices=[],
-                env=dict(sorted(response.envs.items())),
-                mounts={m.container_path: m.host_path for m in response.mounts},
+        if cycle.node in self.kubelets:
+            admission = await self.kubelets[cycle.node].admit_pod(
+                stored["metadata"]["uid"], RESOURCE, container_requests(stored)
             )
+            for container, response in admission.responses.items():
+                report.containers[container] = ContainerReport(
+                    cdi_devices=[],
+                    env=dict(sorted(response.envs.items())),
+                    mounts={m.container_path: m.host_path for m in response.mounts},
+                )
+        else:
+            await self.vendor_plugins[cycle.node].allocate(namespace, name)
+        bound = await self.admin.get(object_path(f"/api/v1/namespaces/{namespace}/pods", name))
+        report.devices = pod_devices(self.backends, bound)
+        for container in {device.container for device in report.devices}:
+            report.containers.setdefault(container, ContainerReport())
         node_client = await self.identities.client(kubelet(cycle.node))
         await node_client.patch(
             f"/api/v1/namespaces/{namespace}/pods/{name}/status", {"status": {"phase": "Running"}}
@@ -199,7 +221,8 @@ class LegacyTarget:
 async def _start_scheduler(
     stack: AsyncExitStack, identities: Identities, tls: LegacyTLS, nodes: set[str]
 ) -> str:
-    """The legacy scheduler as deploy/ runs it; its https base URL once every node is in."""
+    """The legacy scheduler as deploy/ runs it (its device config, every vendor switch
+    on); its https base URL once it has read every node's devices."""
     client = await identities.client(LEGACY_SCHEDULER)
     callers = CallerAuthSettings(
         allowed_callers=frozenset({KUBE_SCHEDULER_CLIENT_NAME}), open_webhook=True
@@ -211,12 +234,17 @@ async def _start_scheduler(
         tls_key=tls.serving.key,
         client_cas=(tls.ca,),
     )
-    legacy = LegacyServer(client, LegacySettings(caller_auth=callers), serve)
-    await stack.enter_async_context(legacy)
-    await asyncio.wait_for(
-        legacy.state.nodes.wait_for(lambda _: all(n in legacy.state.inventory for n in nodes)),
-        WAIT_S,
+    settings = LegacySettings(
+        device_config=device_config(), caller_auth=callers, enabled_vendor_flags=ENABLED_FLAGS
     )
+    legacy = LegacyServer(client, settings, serve)
+    await stack.enter_async_context(legacy)
+
+    def every_node_read(_: object) -> bool:
+        inventory = legacy.state.inventory
+        return all(n in inventory and inventory[n].node.devices for n in nodes)
+
+    await asyncio.wait_for(legacy.state.nodes.wait_for(every_node_read), WAIT_S)
     return f"https://{LOOPBACK}:{legacy.port}"
 
 
@@ -237,14 +265,23 @@ async def simulate_legacy(
             stack.push_async_callback(identities.aclose)
             step("installing the admission policies")
             await install_policies(admin, settings.mode.value)
+            backends = device_config().backends(ENABLED_FLAGS)
             kubelets: dict[str, KubeletDevicePlugin] = {}
-            for index in range(settings.shape.nodes):
-                node = settings.shape.node_name(index)
-                step(f"starting device plugin on {node}")
-                kubelets[node] = await _start_node(stack, identities, settings, index, root)
+            vendor_plugins: dict[str, VendorDevicePlugin] = {}
+            for node in settings.shape.family_nodes():
+                step(f"starting the {node.vendor} device plugin on {node.name}")
+                if node.vendor == "nvidia":
+                    kubelets[node.name] = await _start_node(stack, identities, settings, node, root)
+                    continue
+                backend = legacy_backend(backends, node.vendor)
+                vendor_plugins[node.name] = await start_vendor_node(
+                    identities, settings.shape, node, backend
+                )
             step("starting the legacy scheduler")
             tls = write_legacy_tls(root / "tls")
-            base = await _start_scheduler(stack, identities, tls, set(kubelets))
+            base = await _start_scheduler(
+                stack, identities, tls, set(kubelets) | set(vendor_plugins)
+            )
             webhook = await stack.enter_async_context(
                 AdmissionClient(WebhookConfig(url=f"{base}/webhook", ca_file=tls.ca))
             )
@@ -254,12 +291,24 @@ async def simulate_legacy(
             scheduler = await stack.enter_async_context(
                 SchedulerExtenderClient(
                     ExtenderConfig(
-                        url_prefix=base, node_cache_capable=True, tls_config=extender_tls
+                        url_prefix=base,
+                        node_cache_capable=True,
+                        managed_resources=managed_resources(backends),
+                        tls_config=extender_tls,
                     )
                 )
             )
             cluster = LegacyCluster(
-                server, admin, identities, tls, base, webhook, scheduler, kubelets
+                server,
+                admin,
+                identities,
+                tls,
+                base,
+                webhook,
+                scheduler,
+                backends,
+                kubelets,
+                vendor_plugins,
             )
             workloads = scenario.workloads
             await apply_workloads(

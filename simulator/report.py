@@ -43,6 +43,19 @@ class ContainerReport:
 
 
 @dataclass
+class DeviceReport:
+    """One device a legacy pod's container holds, as the scheduler's pod keys say."""
+
+    container: str
+    vendor: str
+    """HAMi's request type (`NVIDIA`, `DCU`, `Ascend910B3`, ...)."""
+    uuid: str
+    type: str
+    memory_mib: int
+    cores: int
+
+
+@dataclass
 class PodReport:
     namespace: str
     name: str
@@ -52,6 +65,8 @@ class PodReport:
     spec_files: list[str] = field(default_factory=list)
     containers: dict[str, ContainerReport] = field(default_factory=dict)
     reason: str = ""
+    devices: list[DeviceReport] = field(default_factory=list)
+    """Legacy mode: each container's devices per vendor, from its allocated pod key."""
 
 
 @dataclass
@@ -149,6 +164,8 @@ def render_report(report: SimulationReport, console: Console) -> None:
                 env or "-",
             )
     console.print(pods)
+    if any(pod.devices for pod in report.running):
+        console.print(devices_table(report.running))
     if any(pod.spec_files for pod in report.running):
         files = Table(title="CDI spec files written", expand=False)
         files.add_column("pod")
@@ -179,6 +196,26 @@ def render_report(report: SimulationReport, console: Console) -> None:
         )
     if not report.kept:
         console.print("The nodes' files went with the run; --work-dir DIR keeps them.")
+
+
+def devices_table(pods: Sequence[PodReport]) -> Table:
+    """Legacy mode: which vendor's devices each container holds (the pod keys' entries)."""
+    table = Table(title="Devices each container holds (the scheduler's pod keys)", expand=False)
+    for column in ("pod", "node", "container", "vendor", "device", "type", "MiB", "cores %"):
+        table.add_column(column, overflow="fold")
+    for pod in pods:
+        for device in pod.devices:
+            table.add_row(
+                f"{pod.namespace}/{pod.name}",
+                pod.node,
+                device.container,
+                device.vendor,
+                device.uuid,
+                device.type,
+                str(device.memory_mib),
+                str(device.cores),
+            )
+    return table
 
 
 OUTCOME_STYLES = {

@@ -38,12 +38,13 @@ DEFAULT_VENDORS = (
     "vastai",
     "biren",
 )
-"""The default DRA cluster: every family of `dra_driver.objects.dra_vendors`."""
+"""The default cluster, in every mode: every family of `dra_driver.objects.dra_vendors`
+(legacy mode: each served by its legacy backend, `simulator.legacy_vendors`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class FamilyNode:
-    """One emulated node of the DRA cluster: its family and its place."""
+    """One emulated node: its family and its place."""
 
     vendor: str
     index: int
@@ -62,11 +63,11 @@ class FamilyNode:
 @dataclass(frozen=True, slots=True)
 class ClusterShape:
     nodes: int = 3
-    """NVIDIA nodes (in legacy mode, every node: the device plugin path is NVIDIA's here)."""
+    """NVIDIA nodes."""
     vendors: tuple[str, ...] = DEFAULT_VENDORS
-    """DRA modes: the families whose nodes the cluster has, NVIDIA's first."""
+    """The families whose nodes the cluster has, NVIDIA's first."""
     vendor_nodes: int = 1
-    """DRA modes: nodes of each family other than NVIDIA."""
+    """Nodes of each family other than NVIDIA."""
     gpus_per_node: int = 4
     gpu_memory_bytes: int = 80 * GIB
     """Memory of each mock GPU (the default is an 80 GiB card)."""
@@ -78,7 +79,7 @@ class ClusterShape:
         return f"sim-node-{index}"
 
     def family_nodes(self) -> tuple[FamilyNode, ...]:
-        """The DRA cluster's nodes: `nodes` of NVIDIA, `vendor_nodes` of each other family."""
+        """The cluster's nodes: `nodes` of NVIDIA, `vendor_nodes` of each other family."""
         found: list[FamilyNode] = []
         for vendor in dict.fromkeys(self.vendors):
             count = self.nodes if vendor == "nvidia" else self.vendor_nodes
