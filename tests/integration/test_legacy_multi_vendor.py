@@ -1,18 +1,21 @@
 """A pod asking for several vendors, placed by the legacy scheduler over real HTTP on the
-API emulator: one container per vendor, every vendor's devices registered on one node
-the way its HAMi device plugin registers them, Filter's pod keys per vendor (one entry
-per container), and Bind taking one shared `hami.io/mutex.lock` that the device plugin's
-release frees.
+API emulator: one container per vendor, every vendor's devices on one node the way its
+HAMi device plugin registers them (an annotation, or Cambricon's `status.capacity`),
+Filter's pod keys per vendor (one entry per container), and Bind taking the locks HAMi's
+Bind takes: one shared `hami.io/mutex.lock` for NVIDIA and Hygon, which the NVIDIA
+device plugin's Allocate releases, and Cambricon's own `cambricon.com/dsmlu.lock`, which
+Cambricon's device plugin removes once it has allocated the pod (HAMi's scheduler never
+releases it after a successful bind); the test plays both device plugins' releases.
 
-To add a vendor, add a `VendorNode` to `VENDORS`: its register annotation, the
-resources its container asks for, and the pod key and entry Filter is to write.
+To add a vendor, add a `VendorNode` to `VENDORS`: what its device plugin puts on the
+node, the resources its container asks for, and the pod keys and entry Filter writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,9 @@ from legacy_fixtures import (
     wait_for_nodes,
 )
 
-from api.hami_annotations import NODE_LOCK, NODE_NVIDIA_REGISTER, VGPU_NODE
+from api.hami_annotations import NODE_LOCK, NODE_NVIDIA_REGISTER, VGPU_NODE, decode_node_lock
 from controller.legacy.config import LegacySettings
+from dra_driver.engine.vendor_backends import cambricon
 from dra_driver.kube.rest import KubeClient, object_path
 from simulator.apiserver import APIServer
 from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
@@ -38,37 +42,61 @@ from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExten
 NS = "mixed"
 NODE = "mixed-1"
 NODES = "/api/v1/nodes"
+LOCKS = (NODE_LOCK, cambricon.LOCK_KEY)
+"""The node lock keys watched, shared first."""
 
 
 @dataclass(frozen=True)
 class VendorNode:
     """One vendor on the shared node and in the pod."""
 
-    register_key: str
-    register: str
-    allocatable: dict[str, str]
+    device_type: str
+    annotations: dict[str, str]
+    """What its device plugin registers on the node (none for capacity-based vendors)."""
+    resources: dict[str, str]
+    """Its `status.capacity` and `status.allocatable`."""
     limits: dict[str, str]
     pod_keys: tuple[str, ...]
     entry: str
     """The container's device list Filter writes (the pod's other containers are empty)."""
+    other_pod_keys: dict[str, str] = field(default_factory=dict)
+    """The rest of what its PatchAnnotations writes for its device plugin."""
 
 
 VENDORS = (
     VendorNode(
-        NODE_NVIDIA_REGISTER,
-        register_value(NODE, gpus=1),
+        "NVIDIA-Tesla T4",
+        {NODE_NVIDIA_REGISTER: register_value(NODE, gpus=1)},
         {"nvidia.com/gpu": "10"},
         {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "30"},
         ("hami.io/vgpu-devices-to-allocate", "hami.io/vgpu-devices-allocated"),
         f"GPU-{NODE}-0,NVIDIA,4000,30:",
     ),
     VendorNode(
-        "hami.io/node-dcu-register",
-        "DCU-mixed-0,4,65520,100,DCU-Z100,0,true,0,hami-core:",
+        "DCU-Z100",
+        {"hami.io/node-dcu-register": "DCU-mixed-0,4,65520,100,DCU-Z100,0,true,0,hami-core:"},
         {"hygon.com/dcunum": "4"},
         {"hygon.com/dcunum": "1", "hygon.com/dcumem": "2048", "hygon.com/dcucores": "25"},
         ("hami.io/dcu-devices-to-allocate", "hami.io/dcu-devices-allocated"),
         "DCU-mixed-0,DCU,2048,25:",
+    ),
+    VendorNode(
+        "MLU",
+        {},
+        # One card: 100 vcore units, 64 x 256 MiB of vmemory.
+        {"cambricon.com/mlu.smlu.vcore": "100", "cambricon.com/mlu.smlu.vmemory": "64"},
+        {
+            "cambricon.com/vmlu": "1",
+            "cambricon.com/mlu.smlu.vmemory": "8",
+            "cambricon.com/mlu.smlu.vcore": "20",
+        },
+        (
+            "hami.io/cambricon-mlu-devices-to-allocate",
+            "hami.io/cambricon-mlu-devices-allocated",
+        ),
+        f"{NODE}-cambricon-mlu-0,MLU,2048,20:",
+        # <index>_<cores>_<memory in 256 MiB units> of the first MLU granted.
+        {cambricon.ASSIGNED: "false", cambricon.PROFILE: "0_20_8"},
     ),
 )
 
@@ -85,12 +113,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[KubeClient]:
 
 
 async def add_mixed_node(client: KubeClient) -> dict[str, Any]:
-    annotations = {vendor.register_key: vendor.register for vendor in VENDORS}
+    annotations = {k: v for vendor in VENDORS for k, v in vendor.annotations.items()}
     metadata = {"name": NODE, "annotations": annotations}
     await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": metadata})
-    allocatable = {k: v for vendor in VENDORS for k, v in vendor.allocatable.items()}
+    resources = {k: v for vendor in VENDORS for k, v in vendor.resources.items()}
     return await client.patch(
-        f"{object_path(NODES, NODE)}/status", {"status": {"allocatable": allocatable}}
+        f"{object_path(NODES, NODE)}/status",
+        {"status": {"capacity": resources, "allocatable": resources}},
     )
 
 
@@ -113,19 +142,28 @@ def extender_client(server) -> SchedulerExtenderClient:
     return SchedulerExtenderClient(ExtenderConfig(base_url(server), managed_resources=managed))
 
 
-async def lock_values(client: KubeClient, since: str, seen: list[str | None]) -> None:
-    """Record every value the node's lock takes, from `since`, until it is removed again."""
+async def lock_values(client: KubeClient, since: str, seen: list[tuple[str | None, ...]]) -> None:
+    """Record every state the node's locks (`LOCKS`) go through, from `since`, until
+    they are all gone again."""
     async for event in client.watch(
         NODES, field_selector=f"metadata.name={NODE}", resource_version=since
     ):
-        value = (event["object"]["metadata"].get("annotations") or {}).get(NODE_LOCK)
-        if not seen or seen[-1] != value:
-            seen.append(value)
-        if value is None and len(seen) > 1:
+        annotations = event["object"]["metadata"].get("annotations") or {}
+        state = tuple(annotations.get(key) for key in LOCKS)
+        if not seen or seen[-1] != state:
+            seen.append(state)
+        if not any(state) and len(seen) > 1:
             return
 
 
-async def test_a_pod_of_two_vendors_lands_on_one_node_under_one_lock(cluster) -> None:
+async def release_cambricon_lock(client: KubeClient) -> None:
+    """Cambricon's device plugin after allocating the pod: the dsmlu lock removed."""
+    await client.patch(
+        object_path(NODES, NODE), {"metadata": {"annotations": {cambricon.LOCK_KEY: None}}}
+    )
+
+
+async def test_a_pod_of_three_vendors_lands_on_one_node_under_hamis_locks(cluster) -> None:
     client = cluster
     node = await add_mixed_node(client)
     async with (
@@ -134,32 +172,36 @@ async def test_a_pod_of_two_vendors_lands_on_one_node_under_one_lock(cluster) ->
     ):
         await wait_for_nodes(server, NODE)
         assert {device.type for device in server.state.inventory[NODE].node.devices} == {
-            "NVIDIA-Tesla T4",
-            "DCU-Z100",
+            vendor.device_type for vendor in VENDORS
         }
-        seen: list[str | None] = []
+        seen: list[tuple[str | None, ...]] = []
         watching = asyncio.create_task(
             lock_values(client, node["metadata"]["resourceVersion"], seen)
         )
-        pod = await create_pod(client, mixed_pod("both"))
+        pod = await create_pod(client, mixed_pod("all"))
         result = await scheduler.schedule_once(pod, [node])
         assert (result.node, result.reason) == (NODE, None)
 
-        stored = await client.get(object_path(pods_path(NS), "both"))
+        stored = await client.get(object_path(pods_path(NS), "all"))
         annotations = stored["metadata"]["annotations"]
         assert annotations[VGPU_NODE] == NODE
         for position, vendor in enumerate(VENDORS):
             entries = [vendor.entry if i == position else "" for i in range(len(VENDORS))]
             for key in vendor.pod_keys:
                 assert annotations[key] == "".join(f"{entry};" for entry in entries)
+            assert {k: annotations.get(k) for k in vendor.other_pod_keys} == vendor.other_pod_keys
 
         held = (await client.get(object_path(NODES, NODE)))["metadata"]["annotations"]
-        assert held[NODE_LOCK].split(",")[1:] == [NS, "both"]
-        await AllocatorStandIn(client).allocate(NS, "both", NODE)
+        assert held[NODE_LOCK].split(",")[1:] == [NS, "all"]
+        dsmlu = decode_node_lock(held[cambricon.LOCK_KEY])
+        assert (dsmlu.namespace, dsmlu.pod) == ("", "")  # a bare time: no owner recorded
+        await AllocatorStandIn(client).allocate(NS, "all", NODE)
+        await release_cambricon_lock(client)
         await asyncio.wait_for(watching, WAIT_S)
-        # One lock taken for the whole pod, then released: absent, held, absent.
-        assert len(seen) == 3 and seen[0] is None and seen[2] is None
-        assert seen[1] is not None and seen[1].endswith(f",{NS},both")
+        shared, own = held[NODE_LOCK], held[cambricon.LOCK_KEY]
+        # HAMi's Bind locks vendor by vendor in common-word order (DCU and GPU: the
+        # shared lock, taken once; then MLU: its own); each device plugin frees its own.
+        assert seen == [(None, None), (shared, None), (shared, own), (None, own), (None, None)]
 
 
 async def test_usage_of_every_vendor_is_read_back_from_its_pod_keys(cluster) -> None:
@@ -175,6 +217,7 @@ async def test_usage_of_every_vendor_is_read_back_from_its_pod_keys(cluster) -> 
         first = await create_pod(client, mixed_pod("first"))
         assert (await scheduler.schedule_once(first, [node])).node == NODE
         await AllocatorStandIn(client).allocate(NS, "first", NODE)
+        await release_cambricon_lock(client)
     async with (
         legacy_scheduler(client, LegacySettings()) as server,
         extender_client(server) as scheduler,
@@ -186,7 +229,7 @@ async def test_usage_of_every_vendor_is_read_back_from_its_pod_keys(cluster) -> 
             for a in usage.values()
             for c in a.placement.containers
             for grant in c
-        } == {("NVIDIA", 4000), ("DCU", 2048)}
+        } == {("NVIDIA", 4000), ("DCU", 2048), ("MLU", 2048)}
         greedy = mixed_pod("greedy")
         greedy["spec"]["containers"] = [
             {
