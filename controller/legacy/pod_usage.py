@@ -102,12 +102,12 @@ def read_pod_allocation(
     if not node or is_terminated(pod):
         return None
     per_vendor: list[tuple[str, PodDevices]] = []
-    tags: dict[str, str] = {}
+    by_name: dict[str, VendorBackend] = {}
     for backend in backends:
         devices = backend.allocated_devices(annotations)
         if devices is not None:
             per_vendor.append((backend.name, devices))
-            tags[backend.name] = backend.usage_tag(annotations)
+            by_name[backend.name] = backend
     if not per_vendor:
         return None
     longest = max(len(devices) for _, devices in per_vendor)
@@ -118,14 +118,16 @@ def read_pod_allocation(
             for vendor, devices in per_vendor
         ]
     placement = placement_from_devices(node, per_vendor, init_count, indices_of(node))
-    if any(tags.values()):
-        placement = replace(
-            placement,
-            containers=tuple(
-                tuple(replace(grant, tag=tags.get(grant.vendor, "")) for grant in container)
-                for container in placement.containers
-            ),
-        )
+    placement = replace(
+        placement,
+        containers=tuple(
+            tuple(
+                replace(grant, tag=by_name[grant.vendor].usage_tag(annotations, grant))
+                for grant in container
+            )
+            for container in placement.containers
+        ),
+    )
     usage = collapse_pod_usage(placement.containers, init_count)
     if not usage:
         return None
