@@ -14,6 +14,7 @@ node, the resources its container asks for, and the pod keys and entry Filter wr
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +34,9 @@ from legacy_fixtures import (
 )
 
 from api.hami_annotations import NODE_LOCK, NODE_NVIDIA_REGISTER, VGPU_NODE, decode_node_lock
-from controller.legacy.config import LegacySettings
-from dra_driver.engine.vendor_backends import cambricon
+from controller.legacy.config import LegacySettings, parse_device_config
+from dra_driver.engine.vendor_backends import cambricon, kunlun
+from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, object_path
 from simulator.apiserver import APIServer
 from simulator.standins.scheduler_extender import ExtenderConfig, SchedulerExtenderClient
@@ -142,11 +144,13 @@ def extender_client(server) -> SchedulerExtenderClient:
     return SchedulerExtenderClient(ExtenderConfig(base_url(server), managed_resources=managed))
 
 
-async def lock_values(client: KubeClient, since: str, seen: list[tuple[str | None, ...]]) -> None:
+async def lock_values(
+    client: KubeClient, since: str, seen: list[tuple[str | None, ...]], node: str = NODE
+) -> None:
     """Record every state the node's locks (`LOCKS`) go through, from `since`, until
     they are all gone again."""
     async for event in client.watch(
-        NODES, field_selector=f"metadata.name={NODE}", resource_version=since
+        NODES, field_selector=f"metadata.name={node}", resource_version=since
     ):
         annotations = event["object"]["metadata"].get("annotations") or {}
         state = tuple(annotations.get(key) for key in LOCKS)
@@ -156,10 +160,10 @@ async def lock_values(client: KubeClient, since: str, seen: list[tuple[str | Non
             return
 
 
-async def release_cambricon_lock(client: KubeClient) -> None:
+async def release_cambricon_lock(client: KubeClient, node: str = NODE) -> None:
     """Cambricon's device plugin after allocating the pod: the dsmlu lock removed."""
     await client.patch(
-        object_path(NODES, NODE), {"metadata": {"annotations": {cambricon.LOCK_KEY: None}}}
+        object_path(NODES, node), {"metadata": {"annotations": {cambricon.LOCK_KEY: None}}}
     )
 
 
@@ -241,3 +245,60 @@ async def test_usage_of_every_vendor_is_read_back_from_its_pod_keys(cluster) -> 
         result = await scheduler.schedule_once(await create_pod(client, greedy), [node])
         assert result.node is None
         assert "CardInsufficientMemory" in (result.message or "")
+
+
+async def test_locks_follow_hamis_vendor_order_not_shared_first(cluster) -> None:
+    """HAMi's Bind runs LockNode vendor by vendor in common-word order, so for a pod of
+    Kunlun vXPU (`XPU`, shared lock) and Cambricon (`MLU`, own lock) the dsmlu lock is
+    written first, then `hami.io/mutex.lock`."""
+    client = cluster
+    name = "xpu-mlu"
+    register = json.dumps(
+        [{"id": "xpu-0", "index": 0, "count": 4, "devmem": 98304, "devcore": 100,
+          "type": "XPU", "health": True}]
+    )  # fmt: skip
+    mlu = VENDORS[2]
+    await client.create(
+        NODES,
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "annotations": {kunlun.VXPU_REGISTER: register}},
+        },
+    )
+    resources = {**mlu.resources, kunlun.VXPU_COUNT: "4"}
+    node = await client.patch(
+        f"{object_path(NODES, name)}/status",
+        {"status": {"capacity": resources, "allocatable": resources}},
+    )
+    settings = LegacySettings(
+        device_config=parse_device_config(
+            {"nvidia": {}, "cambricon": cambricon.DEFAULT_SECTION, "kunlun": {}}
+        )
+    )
+    xpu_limits = {kunlun.VXPU_COUNT: "1", kunlun.VXPU_MEMORY: "24576"}
+    managed = (*xpu_limits, *mlu.limits)
+    async with (
+        legacy_scheduler(client, settings) as server,
+        SchedulerExtenderClient(
+            ExtenderConfig(base_url(server), managed_resources=managed)
+        ) as scheduler,
+    ):
+        await wait_for_nodes(server, name)
+        seen: list[tuple[str | None, ...]] = []
+        watching = asyncio.create_task(
+            lock_values(client, node["metadata"]["resourceVersion"], seen, name)
+        )
+        body = mixed_pod("xm")
+        body["spec"]["containers"] = [
+            {"name": "xpu", "image": "pause", "resources": {"limits": xpu_limits}},
+            {"name": "mlu", "image": "pause", "resources": {"limits": mlu.limits}},
+        ]
+        result = await scheduler.schedule_once(await create_pod(client, body), [node])
+        assert (result.node, result.reason) == (name, None)
+        held = (await client.get(object_path(NODES, name)))["metadata"]["annotations"]
+        assert await NodeLocker(client).release(name, NS, "xm")
+        await release_cambricon_lock(client, name)
+        await asyncio.wait_for(watching, WAIT_S)
+    shared, own = held[NODE_LOCK], held[cambricon.LOCK_KEY]
+    assert seen == [(None, None), (None, own), (shared, own), (None, own), (None, None)]
