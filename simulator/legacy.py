@@ -186,6 +186,9 @@ class LegacyCluster:
             await self.vendor_plugins[cycle.node].allocate(namespace, name)
         bound = await self.admin.get(object_path(f"/api/v1/namespaces/{namespace}/pods", name))
         report.devices = pod_devices(self.backends, bound)
+        submitted = (stored.get("metadata") or {}).get("annotations") or {}
+        written = (bound.get("metadata") or {}).get("annotations") or {}
+        report.pod_keys = {k: v for k, v in sorted(written.items()) if k not in submitted}
         for container in {device.container for device in report.devices}:
             report.containers.setdefault(container, ContainerReport())
         node_client = await self.identities.client(kubelet(cycle.node))

@@ -67,6 +67,13 @@ class PodReport:
     reason: str = ""
     devices: list[DeviceReport] = field(default_factory=list)
     """Legacy mode: each container's devices per vendor, from its allocated pod key."""
+    pod_keys: dict[str, str] = field(default_factory=dict)
+    """Legacy mode: the annotations the scheduler and the device plugin wrote on the pod
+    (each vendor's pod keys, bind-phase, ...)."""
+
+
+VERBATIM_FIELDS = frozenset({"containers", "pod_keys"})
+"""PodReport fields whose keys are names of things, kept as they are in JSON."""
 
 
 @dataclass
@@ -100,7 +107,11 @@ class SimulationReport:
             **self.status.to_dict(),
             "pods": [
                 {
-                    **camel_case_keys({k: v for k, v in asdict(pod).items() if k != "containers"}),
+                    **camel_case_keys(
+                        {k: v for k, v in asdict(pod).items() if k not in VERBATIM_FIELDS}
+                    ),
+                    # Annotation keys are data, not field names.
+                    "podKeys": pod.pod_keys,
                     # Container names and env var names are data, not field names.
                     "containers": {
                         name: {
