@@ -38,8 +38,9 @@ LEGACY_BACKENDS: Mapping[str, str] = {
     "metax": "Metax-GPU",
 }
 """A `--vendors` id whose legacy backend is not named by its DRA request type: Ascend and
-Iluvatar have one backend per chip (the family's mock product), and Metax's legacy
-backend here is the whole-card one (HAMi's Metax sGPU has no backend in this tree)."""
+Iluvatar have one backend per chip (the family's mock product), and Metax's node is a
+whole-card one (Metax sGPU registers a JSON of its own, metax-tech.com/node-gpu-devices,
+which the stand-in does not play)."""
 
 
 def device_config(path: Path = DEVICE_CONFIG_FILE) -> DeviceConfig:

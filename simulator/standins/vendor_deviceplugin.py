@@ -22,7 +22,7 @@ data rather than a copy per vendor:
   vendor's own such as Cambricon's bare-time `cambricon.com/dsmlu.lock`).
 What the vendor's plugin hands the container (its env, device nodes) is that
 plugin's business and is not played. Enflame DRS (its own capacity JSON) and
-Metax sGPU have no stand-in.
+Metax sGPU (`metax-tech.com/node-gpu-devices`) have no stand-in.
 """
 
 from __future__ import annotations

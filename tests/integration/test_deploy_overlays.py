@@ -14,6 +14,7 @@ from deploy_manifests import DEPLOY, NAMESPACE, OVERLAYS, ROOT, find, render, re
 from kubernetes_validate.utils import SchemaNotFoundError
 
 from controller.legacy.config import parse_device_config
+from dra_driver.engine.vendor_backends.registry import ENABLE_FLAGS, FAMILIES
 from dra_driver.kube.rest import KubeClient, object_path
 from simulator.apiserver import APIServer
 
@@ -139,12 +140,29 @@ def test_scheduler_allocated_mode_has_no_controller_and_no_taint() -> None:
     assert not [o for o in objects if "controller" in o["metadata"]["name"]]
 
 
+def _backend_resources(backends) -> set[str]:
+    names = set()
+    for backend in backends:
+        r = backend.adapter.resources
+        names |= {n for n in (r.count, r.memory, r.memory_percentage, r.cores, r.priority) if n}
+    return names
+
+
+def _managed(legacy: list[dict[str, Any]]) -> dict[str, bool]:
+    config_map = find(legacy, "ConfigMap", "vgpu-kube-scheduler-config")
+    (extender,) = yaml.safe_load(config_map["data"]["config.yaml"])["extenders"]
+    return {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
+
+
+def _device_config(legacy: list[dict[str, Any]]):
+    device_config = find(legacy, "ConfigMap", "vgpu-scheduler-device")
+    return parse_device_config(yaml.safe_load(device_config["data"]["device-config.yaml"]))
+
+
 def test_kube_scheduler_extender_manages_every_hami_resource_of_the_device_config() -> None:
     legacy = render("legacy")
-    device_config = find(legacy, "ConfigMap", "vgpu-scheduler-device")
-    nvidia = parse_device_config(yaml.safe_load(device_config["data"]["device-config.yaml"]))
-    names = nvidia.nvidia.vendor().resources
-    wanted = {names.count, names.memory, names.memory_percentage, names.cores, names.priority}
+    config = _device_config(legacy)
+    wanted = _backend_resources(config.backends(ENABLE_FLAGS))
     config_map = find(legacy, "ConfigMap", "vgpu-kube-scheduler-config")
     config = yaml.safe_load(config_map["data"]["config.yaml"])
     assert config["kind"] == "KubeSchedulerConfiguration"
@@ -152,11 +170,34 @@ def test_kube_scheduler_extender_manages_every_hami_resource_of_the_device_confi
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
     assert extender["nodeCacheCapable"] is True
     assert "prioritizeVerb" not in extender
-    managed = {m["name"]: m["ignoredByScheduler"] for m in extender["managedResources"]}
-    assert managed == dict.fromkeys(wanted, True)
+    assert _managed(legacy) == dict.fromkeys(wanted, True)
     scheduler_name = config["profiles"][0]["schedulerName"]
     legacy_scheduler = find(legacy, "Deployment", "vgpu-legacy-scheduler")
     assert f"--scheduler-name={scheduler_name}" in _args(legacy_scheduler, "scheduler")
+
+
+def test_every_registry_family_is_configured_and_its_resources_managed() -> None:
+    """Each family of the backend registry has its section in the deployed device
+    config (HAMi's chart's default), so a cluster gets every vendor HAMi serves, and
+    each resource it reads is among kube-scheduler's managedResources."""
+    legacy = render("legacy")
+    sections = _device_config(legacy).sections
+    assert sections is not None
+    managed = _managed(legacy)
+    for family in FAMILIES:
+        assert family.key in sections, family.key
+        backends = family.build(sections[family.key])
+        assert backends, family.key
+        missing = _backend_resources(backends) - set(managed)
+        assert not missing, (family.key, missing)
+
+
+def test_simulator_device_config_is_the_deployed_one() -> None:
+    deployed = DEPLOY / "components" / "legacy" / "device-config.yaml"
+    simulated = ROOT / "simulator" / "device-config.yaml"
+    assert simulated.read_bytes() == deployed.read_bytes(), (
+        f"{simulated} differs from {deployed}: copy the deployed file over it"
+    )
 
 
 def test_extender_and_webhook_reach_the_scheduler_service_over_tls() -> None:
