@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from simulate_patience import PATIENT
+
 from dra_driver.cli import main
 from simulator.nodes import mock_gpu_uuid
 
@@ -15,7 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def simulate(capsys, *args: str) -> dict:
-    status = main(["simulate", "-o", "json", *args])
+    status = main(["simulate", *PATIENT, "-o", "json", *args])
     report = json.loads(capsys.readouterr().out)
     report["exit"] = status
     return report
@@ -117,14 +119,14 @@ def test_scheduler_allocated_mode_runs_capacity_requests_and_keeps_its_files(cap
 def test_a_bad_scenario_names_the_document(capsys, tmp_path: Path):
     scenario = tmp_path / "bad.yaml"
     scenario.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n")
-    assert main(["simulate", "--scenario", str(scenario)]) == 2
+    assert main(["simulate", *PATIENT, "--scenario", str(scenario)]) == 2
     assert "bad.yaml#0: kind" in capsys.readouterr().err
 
 
 def test_a_scenario_with_broken_yaml_names_the_file_line_and_column(capsys, tmp_path: Path):
     scenario = tmp_path / "broken.yaml"
     scenario.write_text("kind: Pod\nmetadata:\n  name: [x\n  namespace: default\n")
-    assert main(["simulate", "--scenario", str(scenario)]) == 2
+    assert main(["simulate", *PATIENT, "--scenario", str(scenario)]) == 2
     error = capsys.readouterr().err
     assert error.startswith(
         f"dra-driver simulate: {scenario}:4:12: not valid YAML: expected ',' or ']'"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from simulate_patience import PATIENT
 
 from dra_driver.cli import main
 
@@ -115,7 +116,7 @@ def default_run() -> dict:
     """One default legacy run for the module's tests (it starts 15 nodes)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["simulate", "--mode", "legacy", "-o", "json"])
+        status = main(["simulate", *PATIENT, "--mode", "legacy", "-o", "json"])
     report = json.loads(out.getvalue())
     report["exit"] = status
     return report
@@ -143,6 +144,7 @@ def test_only_the_chosen_vendors_nodes_are_started() -> None:
         status = main(
             [
                 "simulate",
+                *PATIENT,
                 "--mode",
                 "legacy",
                 "--vendors",

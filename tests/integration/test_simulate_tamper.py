@@ -9,16 +9,19 @@ import shutil
 from pathlib import Path
 
 import yaml
+from simulate_patience import PATIENT
 
 from dra_driver.cli import main
 
 TAMPER = Path(__file__).resolve().parents[2] / "examples" / "tamper"
 POD_POLICY = "ValidatingAdmissionPolicy 'vgpu-claim-pods-no-tamper'"
+NVIDIA_ONLY = ("--vendors", "nvidia")
+"""The attempts aim at NVIDIA shares; other families' nodes would only slow the run."""
 WEBHOOK = 'admission webhook "vgpu.hami.io" denied the request'
 
 
 def simulate(capsys, *args: str) -> dict:
-    status = main(["simulate", "-o", "json", *args])
+    status = main(["simulate", *PATIENT, *NVIDIA_ONLY, "-o", "json", *args])
     report = json.loads(capsys.readouterr().out)
     report["exit"] = status
     return report
@@ -168,7 +171,10 @@ def test_the_text_report_shows_the_tamper_table(capsys, tmp_path: Path):
             }
         )
     )
-    assert main(["simulate", "--scenario", str(scenario), "--mode", "legacy"]) == 0
+    assert (
+        main(["simulate", *PATIENT, *NVIDIA_ONLY, "--scenario", str(scenario), "--mode", "legacy"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Tamper attempts" in out and "HTTP 401" in out
     assert "1 tamper attempt(s), 0 got through" in out
@@ -180,7 +186,7 @@ def test_a_bad_attempt_names_the_document_and_field(capsys, tmp_path: Path):
         "apiVersion: simulate.vgpu.hami.io/v1alpha1\nkind: TamperAttempt\n"
         "metadata: {name: no-identity}\nspec: {patch: {kind: Pod, name: x, body: {}}}\n"
     )
-    assert main(["simulate", "--scenario", str(scenario)]) == 2
+    assert main(["simulate", *PATIENT, *NVIDIA_ONLY, "--scenario", str(scenario)]) == 2
     assert "bad.yaml#0 (TamperAttempt no-identity): spec.as" in capsys.readouterr().err
 
 
@@ -191,7 +197,10 @@ def test_a_call_in_dra_mode_says_to_mark_it_legacy(capsys, tmp_path: Path):
         "metadata: {name: bind}\n"
         "spec: {call: {path: /bind, credentials: none, pod: p, node: n}}\n"
     )
-    assert main(["simulate", "--scenario", str(scenario), "--mode", "dra"]) == 2
+    assert (
+        main(["simulate", *PATIENT, *NVIDIA_ONLY, "--scenario", str(scenario), "--mode", "dra"])
+        == 2
+    )
     error = capsys.readouterr().err
     assert "call.yaml#0 (TamperAttempt bind): spec.call" in error
     assert "simulate.vgpu.hami.io/modes: legacy" in error

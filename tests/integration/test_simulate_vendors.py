@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from simulate_patience import PATIENT
 
 from dra_driver.cli import main
 from dra_driver.objects.dra_vendors import DRA_VENDORS, dra_vendor
@@ -33,7 +34,7 @@ VENDOR_EXAMPLES = {
 
 
 def simulate(capsys, *args: str) -> dict:
-    status = main(["simulate", "-o", "json", *args])
+    status = main(["simulate", *PATIENT, "-o", "json", *args])
     report = json.loads(capsys.readouterr().out)
     report["exit"] = status
     return report
@@ -44,7 +45,7 @@ def default_run() -> dict:
     """One default run for the module's checks (it starts a node of every family)."""
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        status = main(["simulate", "-o", "json"])
+        status = main(["simulate", *PATIENT, "-o", "json"])
     report = json.loads(out.getvalue())
     report["exit"] = status
     return report
@@ -117,6 +118,6 @@ def test_vendors_flag_builds_only_those_families(capsys):
 
 def test_an_unknown_vendor_is_refused_by_the_flag(capsys):
     with pytest.raises(SystemExit) as caught:
-        main(["simulate", "--vendors", "nvidia,tpu"])
+        main(["simulate", *PATIENT, "--vendors", "nvidia,tpu"])
     assert caught.value.code == 2
     assert "unknown vendor 'tpu'" in capsys.readouterr().err
