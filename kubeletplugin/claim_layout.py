@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_vendors import DraVendor
+from kubeletplugin.ascend_env import NpuShare, vnpu_env
 from kubeletplugin.prepare_plan import ClaimPlan, base_request
 from kubeletplugin.vendor_env import share_env
 from libvgpu.cache_paths import CacheLocation
@@ -195,6 +196,20 @@ def build_claim_edits(
     )
 
 
+def _vendor_env(plan: ClaimPlan, view: ClaimView, vendor: DraVendor) -> tuple[EnvVar, ...]:
+    """The view's vendor env; an Ascend view also gets its vNPU template (`ascend_env`)."""
+    shares = _merged_shares(plan, view)
+    env = share_env(vendor, shares)
+    if vendor.id != "ascend":
+        return env
+    products = {grant.gpu.uuid: grant.gpu.product_name for grant in plan.grants}
+    npus = [
+        NpuShare(share.uuid, products[share.uuid], share.memory_limit_bytes)
+        for share in order_devices(shares)
+    ]
+    return env + vnpu_env(npus, f"{plan.namespace}/{plan.name} ({plan.uid})")
+
+
 def build_vendor_claim_edits(
     plan: ClaimPlan, views: Sequence[ClaimView], vendor: DraVendor
 ) -> ClaimEdits:
@@ -203,7 +218,7 @@ def build_vendor_claim_edits(
     mounts: HAMi-core is NVIDIA's)."""
     per_grant: dict[int, ContainerEdits] = {}
     for view in views:
-        edits = ContainerEdits(env=share_env(vendor, _merged_shares(plan, view)), mounts=())
+        edits = ContainerEdits(env=_vendor_env(plan, view, vendor), mounts=())
         for i in view.grants:
             per_grant[i] = edits
     return ClaimEdits(

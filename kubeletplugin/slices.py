@@ -20,6 +20,13 @@ selects), its device `type`, `coreUnit` (what `cores` is a percentage of), and
 its rules as request policies: an exclusive family's cards are one share that
 takes all memory and cores; a family with memory tiers or core steps lists
 them as `validValues`, so every allocator rounds a request up to one.
+
+An Ascend NPU of a chip HAMi has templates for is offered as its chip config
+says (`dra_vendors.ascend_offer`): `memory` is the chip's `memoryCapacity`,
+its valid values every vNPU template and the whole chip (the default, as a
+count-only HAMi request takes the whole chip), and `cores` only 0, since the
+template fixes the AI Cores (HAMi refuses a `-core` request on the hard split).
+Memory scaling does not apply: a template's size is the chip's, not ours.
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.quantity import MIB
-from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
+from dra_driver.engine.vendor_backends.ascend_chips import DraOffer
+from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, ascend_offer, dra_vendor
 from kubeletplugin.gpus import GpuInfo
 
 MAX_DEVICES_PER_SLICE = 128
@@ -104,10 +112,32 @@ def _cores_capacity(cores: int, vendor: DraVendor) -> dict[str, Any]:
     return {"value": str(cores), "requestPolicy": policy}
 
 
-def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
-    vendor = dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")
+def _template_capacities(offer: DraOffer, cores: int) -> dict[str, Any]:
+    """An Ascend chip's `memory` (its templates and the whole chip) and `cores` (none)."""
+    valid = [str(size) for size in offer.memory_valid_bytes]
+    return {
+        "memory": {
+            "value": str(offer.memory_bytes),
+            "requestPolicy": {"default": valid[-1], "validValues": valid},
+        },
+        "cores": {
+            "value": str(cores),
+            "requestPolicy": {"default": "0", "validValues": [str(c) for c in offer.cores_valid]},
+        },
+    }
+
+
+def _capacities(gpu: GpuInfo, vendor: DraVendor, settings: SliceSettings) -> dict[str, Any]:
     memory = int(gpu.memory_bytes * settings.memory_scaling) // MIB * MIB
     cores = int(100 * settings.core_scaling)
+    offer = ascend_offer(gpu.product_name) if vendor.id == "ascend" else None
+    if offer is not None and offer.memory_valid_bytes:
+        return _template_capacities(offer, cores)
+    return {"memory": _memory_capacity(memory, vendor), "cores": _cores_capacity(cores, vendor)}
+
+
+def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
+    vendor = dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")
     attributes: dict[str, Any] = {
         "vendor": {"string": vendor.request_type},
         "type": {"string": vendor.device_type(gpu.product_name)},
@@ -131,8 +161,7 @@ def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
         "allowMultipleAllocations": True,
         "attributes": attributes,
         "capacity": {
-            "memory": _memory_capacity(memory, vendor),
-            "cores": _cores_capacity(cores, vendor),
+            **_capacities(gpu, vendor, settings),
             "shares": {
                 "value": str(shares),
                 "requestPolicy": {"default": "1", "validValues": ["1"]},

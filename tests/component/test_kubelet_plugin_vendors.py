@@ -202,6 +202,36 @@ async def test_an_ascend_share_names_its_npu_for_the_ascend_runtime(node: Vendor
         assert not any(name.startswith("CUDA_") for name in env)
 
 
+async def test_an_ascend_template_share_gets_its_vnpu_template_and_a_whole_chip_none(
+    node: VendorNode,
+):
+    """The mock NPUs are the family's Ascend910B3: 16 GiB is its vir05_1c_16g template."""
+    node.use("ascend")
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        devices = await published_devices(node)
+        policy = devices[0]["capacity"]["memory"]["requestPolicy"]
+        vnpu = await node.claim("vnpu", "ascend.vgpu.hami.io", [result("gpu-1", "16Gi", "0")])
+        whole = await node.claim("chip", "ascend.vgpu.hami.io", [result("gpu-0", "64Gi", "0")])
+        two = await node.claim(
+            "two",
+            "ascend.vgpu.hami.io",
+            [result("gpu-0", "64Gi", "0"), result("gpu-1", "16Gi", "0")],
+        )
+        response = await node.kubelet.prepare(DRIVER, [vnpu, whole, two])
+        _, vnpu_env = spec_env(node, vnpu.uid)
+        _, whole_env = spec_env(node, whole.uid)
+
+    assert policy["validValues"] == [str(16 * GIB), str(32 * GIB), str(64 * GIB)]
+    assert (response.claims[vnpu.uid].error, response.claims[whole.uid].error) == ("", "")
+    assert (vnpu_env["ASCEND_VISIBLE_DEVICES"], vnpu_env["ASCEND_VNPU_SPECS"]) == (
+        "1",
+        "vir05_1c_16g",
+    )
+    assert whole_env["ASCEND_VISIBLE_DEVICES"] == "0" and "ASCEND_VNPU_SPECS" not in whole_env
+    assert "one vNPU per container" in response.claims[two.uid].error
+
+
 async def test_an_nvidia_claim_on_this_node_still_needs_libvgpu(node: VendorNode):
     """The NVIDIA path is unchanged: without libvgpu's files the prepare fails, naming them."""
     async with node.plugin():
