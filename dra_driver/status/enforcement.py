@@ -1,5 +1,8 @@
 """Whether HAMi-core's limits hold for a share, and why not: the marks `dra-driver status` shows.
 
+These rules are libvgpu's, so they mark shares of NVIDIA cards only; a share of
+another family's card is marked from its `dra_vendors` entry (`model.py`).
+
 With enforcement off a share's memory and cores are accounting only: libvgpu
 does not hold the holder to them, so the card's other tenants are not
 protected from it. What turns it off, and what shows that it did, differs by mode:

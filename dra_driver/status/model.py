@@ -4,8 +4,11 @@ Built from plain API objects (ResourceSlices, ResourceClaims, Pods, Nodes,
 Events), so it has no I/O and the same code serves the CLI, the simulator and
 tests. DRA shares come from claim allocations of this driver's devices;
 legacy-mode shares from HAMi's node register and pod device annotations, so
-both kinds of GPU appear on one view. Each share says whether HAMi-core's
-limits hold for it (`enforcement.py` has the rules).
+both kinds of GPU appear on one view. Each share says who holds it to its
+memory and cores (`enforced_by`) and whether they hold: for an NVIDIA card
+HAMi-core, off where an opt-out is in effect (`enforcement.py` has the rules);
+for another family what `dra_vendors` says of it: the vendor's runtime (an
+Ascend vNPU template) or nobody, the share being accounting only.
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ from api.hami_annotations import (
     decode_pod_devices,
 )
 from api.quantity import MIB, QuantityError, to_bytes_ceil
+from dra_driver.objects.dra_vendors import LIBVGPU, vendor_of_request_type
+from dra_driver.objects.dra_vendors import NVIDIA as NVIDIA_FAMILY
 from dra_driver.objects.pod_claims import pod_claim_names, reserving_pods
 from dra_driver.status.enforcement import (
     ENFORCED,
+    Enforcement,
     claim_enforcement,
     legacy_opt_outs,
     opt_out_reports,
@@ -47,9 +53,13 @@ class ShareView:
     memory_bytes: int
     cores: int
     enforced: bool = True
-    """False: HAMi-core's limits do not hold, the memory and cores are accounting only."""
+    """False: the limits do not hold, the memory and cores are accounting only (a
+    libvgpu opt-out on an NVIDIA card, or a family nothing in the container enforces)."""
     enforcement_note: str = ""
     """Why enforcement is off, or why an opt-out the holder asked for is not in effect."""
+    enforced_by: str = LIBVGPU
+    """Who holds the share to its limits: HAMi-core (libvgpu) for NVIDIA cards, else the
+    family's entry in `dra_vendors` (`Ascend runtime (vNPU template)`, `accounting only`)."""
 
 
 @dataclass(slots=True)
@@ -187,7 +197,10 @@ def _add_claim_shares(
             if result.get("driver") != driver or gpu is None:
                 continue
             consumed = result.get("consumedCapacity") or {}
-            mark = marks.get(result.get("pool", ""), ENFORCED)
+            mark, enforced_by = marks.get(result.get("pool", ""), ENFORCED), LIBVGPU
+            family = vendor_of_request_type(gpu.vendor)
+            if family is not None and family is not NVIDIA_FAMILY:
+                mark, enforced_by = Enforcement(family.limits_enforced), family.enforced_by
             gpu.shares.append(
                 ShareView(
                     mode=DRA,
@@ -198,6 +211,7 @@ def _add_claim_shares(
                     cores=_quantity_bytes(consumed.get("cores", "0")),
                     enforced=mark.enforced,
                     enforcement_note=mark.note,
+                    enforced_by=enforced_by,
                 )
             )
 

@@ -2,7 +2,10 @@
 
 A share whose limits do not hold is tagged `limits off` beside its holder, and
 a table below lists, for each share with an opt-out, whether its limits hold
-and why: a reader sizing a card must see which shares are accounting only.
+and why: a reader sizing a card must see which shares are accounting only. A
+share not enforced by HAMi-core (another vendor's card) is tagged with who
+enforces it instead (`[Ascend runtime (vNPU template)]`, `[accounting only]`),
+so "enforced" is never read in libvgpu's sense where libvgpu is not there.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from dra_driver.objects.dra_vendors import LIBVGPU
 from dra_driver.status.model import ClusterStatus, GpuView, ShareView
 
 GIB = 1 << 30
@@ -45,7 +49,9 @@ def _holders(gpu: GpuView) -> Text:
             lines.append("\n")
         pods = ",".join(share.pods) or "-"
         lines.append(f"{share.namespace}/{share.holder}", style="bold")
-        if not share.enforced:
+        if share.enforced_by != LIBVGPU:
+            lines.append(f" [{share.enforced_by}]", style="yellow" if share.enforced else "red")
+        elif not share.enforced:
             lines.append(f" [{LIMITS_OFF}]", style="bold red")
         lines.append(f" {_gib(share.memory_bytes)} {share.cores}% pods={pods}")
     return lines
@@ -75,11 +81,12 @@ def gpu_table(status: ClusterStatus) -> Table:
 
 
 def _noted_shares(status: ClusterStatus) -> list[tuple[GpuView, ShareView]]:
+    """HAMi-core shares with an opt-out; other vendors' shares carry their tag instead."""
     return [
         (gpu, share)
         for gpu in status.gpus
         for share in gpu.shares
-        if not share.enforced or share.enforcement_note
+        if share.enforced_by == LIBVGPU and (not share.enforced or share.enforcement_note)
     ]
 
 
