@@ -94,6 +94,10 @@ class ClaimDeviceEdits:
     """The result's shareID (None or "" when it has none, as in kubelet's v1beta1 messages);
     it enters the CDI name only when the claim holds the device more than once."""
 
+    device_nodes: tuple[str, ...] | None = None
+    """Container paths of the device's own nodes (AMD's `/dev/dri/*`); None = NVIDIA's
+    `/dev/nvidia<gpu_minor>`. Listed, as every node, only where `host_nodes` has it."""
+
 
 @dataclass(frozen=True, slots=True)
 class CdiMount:
@@ -234,6 +238,7 @@ def build_claim_spec(
     *,
     common: ContainerEditsShape | None = None,
     host_nodes: Mapping[str, str] | None = None,
+    control_nodes: Sequence[str] = NVIDIA_CONTROL_DEVICE_NODES,
 ) -> CdiSpec:
     """The claim's spec; deterministic, so a repeated prepare writes the same file.
 
@@ -243,7 +248,8 @@ def build_claim_spec(
     of each NVIDIA device node the host has to its host path: a GPU's
     `/dev/nvidia<minor>` and the control nodes are listed only when present
     there, and none at all without it (mock GPUs; or the NVIDIA CDI device the
-    plugin returns next to ours supplies them).
+    plugin returns next to ours supplies them). `control_nodes` are the spec-wide
+    nodes of the cards' family (AMD: `/dev/kfd`).
     """
     host_nodes = host_nodes or {}
     uid = validate_claim_uid(claim_uid)
@@ -258,7 +264,12 @@ def build_claim_spec(
             raise InvalidParameterError("gpuMinor", f"{device.gpu_minor!r} is not a minor number")
         edits = CdiContainerEdits(
             env=tuple(_env_entry(variable) for variable in device.edits.env),
-            device_nodes=_nodes([nvidia_device_node(device.gpu_minor)], host_nodes),
+            device_nodes=_nodes(
+                device.device_nodes
+                if device.device_nodes is not None
+                else [nvidia_device_node(device.gpu_minor)],
+                host_nodes,
+            ),
             mounts=tuple(_cdi_mount(mount) for mount in device.edits.mounts),
         )
         if edits.is_empty():
@@ -269,7 +280,7 @@ def build_claim_spec(
         cdi_devices.append(CdiDevice(name, edits))
     common_edits = CdiContainerEdits(
         env=tuple(_env_entry(variable) for variable in common.env) if common else (),
-        device_nodes=_nodes(NVIDIA_CONTROL_DEVICE_NODES, host_nodes),
+        device_nodes=_nodes(control_nodes, host_nodes),
         mounts=tuple(_cdi_mount(mount) for mount in common.mounts) if common else (),
     )
     return CdiSpec(claim_uid=uid, devices=tuple(cdi_devices), common_edits=common_edits)

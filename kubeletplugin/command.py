@@ -16,6 +16,9 @@ from pathlib import Path
 from dra_driver.cli.args import EnvArgumentParser, add_process_args
 from dra_driver.cli.registration import Subcommands
 
+GPU_BACKEND_CHOICES = ("nvml", "amdsmi", "mock")
+"""`kubeletplugin.gpu_sources.GPU_BACKENDS`, spelled here so `--help` imports no backend."""
+
 
 def _add_node_gpu_args(parser: EnvArgumentParser) -> None:
     """What both node components (DRA kubelet plugin, device plugin) take about the GPUs."""
@@ -51,11 +54,18 @@ def register_kubelet_plugin(commands: Subcommands) -> None:
         "kubelet-plugin",
         help="the kubelet DRA plugin: publish GPUs, prepare claims with CDI + libvgpu",
         description=(
-            "Discover GPUs (NVML or a mock file), publish ResourceSlices, and serve "
+            "Discover GPUs (NVML, AMD SMI or a mock file), publish ResourceSlices, and serve "
             "kubelet's DRA gRPC API on unix sockets. Every path has a flag and env var."
         ),
     )
     _add_node_gpu_args(plugin)
+    plugin.add_argument(
+        "--gpu-backend",
+        choices=GPU_BACKEND_CHOICES,
+        env="GPU_BACKEND",
+        help="discovery: nvml (NVIDIA), amdsmi (AMD, ROCm's amdsmi module) or mock "
+        "(--mock-gpus); default mock with --mock-gpus, else nvml",
+    )
     plugin.add_argument("--driver", env="DRIVER_NAME", default="vgpu.hami.io")
     plugin.add_argument(
         "--registry-dir",

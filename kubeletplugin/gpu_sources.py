@@ -1,6 +1,6 @@
 """Where a node plugin's GPUs come from, and what makes it look at them again.
 
-The backend (NVML, or a mock file), edits of watched files, NVML XID events.
+The backend (NVML, AMD SMI, or a mock file), edits of watched files, NVML XID events.
 Shared by the DRA plugin and the legacy device plugin, so both discover and
 react the same way.
 """
@@ -8,12 +8,16 @@ react the same way.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
 from watchfiles import awatch
 
+from dra_driver.errors import DriverError, InvalidParameterError
+from kubeletplugin.amdsmi_backend import AmdSmiBackend
 from kubeletplugin.gpus import GpuBackend, MockBackend, NvmlBackend, read_sysfs_numa
 from kubeletplugin.xid import XidWatcher
 
@@ -21,14 +25,55 @@ XID_WAIT_FAILED = "xid-wait-failed"
 """Why every GPU is unhealthy once NVML can no longer say whether XIDs happened."""
 
 
-def open_gpu_backend(mock_gpus: Path | None, *, read_topology: bool = False) -> GpuBackend:
-    """The mock file's GPUs when one is given, else NVML (imported only then);
-    `read_topology` has NVML read the GPUs' links too (the mock file always has them)."""
-    if mock_gpus is not None:
-        return MockBackend(mock_gpus)
-    import pynvml
+GPU_BACKENDS = ("nvml", "amdsmi", "mock")
+"""`--gpu-backend` values: NVIDIA's NVML, AMD's AMD SMI, or the mock file's cards."""
 
-    return NvmlBackend(pynvml, read_numa=read_sysfs_numa, read_topology=read_topology)
+_LIBRARIES = {
+    "nvml": ("pynvml", "install the pynvml package (a dependency of this driver)"),
+    "amdsmi": ("amdsmi", "install ROCm's amdsmi Python package (/opt/rocm/share/amd_smi)"),
+}
+
+
+class GpuLibraryMissingError(DriverError):
+    """The chosen backend's Python binding is not importable on this node."""
+
+
+def open_gpu_backend(
+    mock_gpus: Path | None,
+    *,
+    backend: str | None = None,
+    read_topology: bool = False,
+    import_module: Callable[[str], ModuleType] = importlib.import_module,
+) -> GpuBackend:
+    """The backend `--gpu-backend` names; unset, the mock file's cards when one is given,
+    else NVML. The GPU library is imported only for the backend chosen, so a node
+    without NVIDIA's or AMD's binding runs the other. `read_topology` has NVML read the
+    GPUs' links too (the mock file always has them; AMD SMI's are not read)."""
+    kind = backend or ("mock" if mock_gpus is not None else "nvml")
+    if kind not in GPU_BACKENDS:
+        raise InvalidParameterError(
+            "--gpu-backend", f"{kind!r} is not one of {', '.join(GPU_BACKENDS)}"
+        )
+    if kind == "mock":
+        if mock_gpus is None:
+            raise InvalidParameterError(
+                "--gpu-backend", "mock needs --mock-gpus (MOCK_GPUS), the mock GPU file"
+            )
+        return MockBackend(mock_gpus)
+    if mock_gpus is not None:
+        raise InvalidParameterError(
+            "--mock-gpus", f"a mock GPU file with --gpu-backend {kind}, which reads real GPUs"
+        )
+    name, hint = _LIBRARIES[kind]
+    try:
+        module = import_module(name)
+    except ImportError as error:
+        raise GpuLibraryMissingError(
+            f"--gpu-backend {kind}: cannot import the {name} module ({error}); {hint}"
+        ) from error
+    if kind == "amdsmi":
+        return AmdSmiBackend(module)
+    return NvmlBackend(module, read_numa=read_sysfs_numa, read_topology=read_topology)
 
 
 def nearest_existing(path: Path) -> Path:

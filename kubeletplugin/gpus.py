@@ -45,6 +45,9 @@ class GpuInfo:
     """Its PCIe path and NVLinks to the node's other GPUs; empty when not read."""
     vendor: str = NVIDIA.id
     """Its family's id in `dra_driver.objects.dra_vendors` (`nvidia`, `mlu`, `ascend`, ...)."""
+    drm_render: int | None = None
+    """AMD: the number of its `/dev/dri/renderD<N>` node (`minor` is its `card<N>`); None
+    for other families, or when amdsmi and sysfs could not tell."""
 
 
 class GpuBackend(Protocol):
@@ -52,8 +55,9 @@ class GpuBackend(Protocol):
 
     @property
     def has_device_nodes(self) -> bool:
-        """Whether the GPUs have `/dev/nvidia*` nodes a container needs (NVIDIA only: other
-        vendors' device nodes are their runtimes' to add)."""
+        """Whether the GPUs have device nodes the CDI spec lists for a container: NVIDIA's
+        `/dev/nvidia*` and AMD's `/dev/kfd` and `/dev/dri/*`, so not mock cards; other
+        vendors' device nodes are their runtimes' to add."""
         ...
 
     def discover(self) -> Sequence[GpuInfo]: ...

@@ -5,8 +5,9 @@ A container runtime stats every device node of a spec (`failed to stat CDI
 host device`) and every bind-mount source when it creates the container, so
 a missing one breaks each container of the claim at start, far from the
 cause. Prepare (DRA) and Allocate (device plugin) look first: prepare lists
-only the nodes the host has, and both fail with the file's name when a libvgpu
-file is absent or the preload list does not name the library's container path.
+only the nodes the host has (NVIDIA's, or AMD's `/dev/kfd` and `/dev/dri/*`),
+and both fail with the file's name when a libvgpu file is absent or the
+preload list does not name the library's container path.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from pathlib import Path
 
 from cdi.spec import NVIDIA_CONTROL_DEVICE_NODES, nvidia_device_node
 from dra_driver.errors import DriverError
+from kubeletplugin.gpus import GpuInfo
 from libvgpu.settings import LibvgpuPaths
 
 CONTAINER_DEV_DIR = "/dev"
+AMD_CONTROL_DEVICE_NODES = ("/dev/kfd",)
+"""The ROCm compute driver's node: every HIP/HSA process opens it, whichever card it uses."""
 INSTALL_HINT = "run `dra-driver install-libvgpu` on this node (the plugin's init container does)"
 
 
@@ -59,6 +63,47 @@ def host_device_nodes(dev_dir: Path, gpu_minors: Iterable[int]) -> dict[str, str
                 "is the NVIDIA driver loaded?"
             )
         nodes[path] = str(host)
+    return nodes
+
+
+def amd_device_nodes(gpu: GpuInfo) -> tuple[str, ...]:
+    """Container paths of an AMD card's own nodes: `/dev/dri/card<minor>` and, when
+    discovery found it, `/dev/dri/renderD<N>` (the one ROCm computes through)."""
+    nodes = [f"/dev/dri/card{gpu.minor}"]
+    if gpu.drm_render is not None:
+        nodes.append(f"/dev/dri/renderD{gpu.drm_render}")
+    return tuple(nodes)
+
+
+def host_amd_device_nodes(dev_dir: Path, gpus: Iterable[GpuInfo]) -> dict[str, str]:
+    """Container path -> host path of the AMD nodes the host has, as the ROCm device
+    plugin hands a container: `/dev/kfd` and each card's render node are required (no
+    ROCm process runs without them), its `card<N>` node is listed when present."""
+    nodes = {}
+    for path in AMD_CONTROL_DEVICE_NODES:
+        host = dev_dir / Path(path).relative_to(CONTAINER_DEV_DIR)
+        if not _is_device_node(host):
+            raise HostSetupError(
+                f"device node {host} (ROCm's compute driver) is missing on this node; "
+                "is the amdgpu driver loaded?"
+            )
+        nodes[path] = str(host)
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        if gpu.drm_render is None:
+            raise HostSetupError(
+                f"AMD GPU {gpu.uuid} ({gpu.pci_bus_id}) has no known render node: neither "
+                "amdsmi_get_gpu_enumeration_info nor its sysfs drm/ directory named one"
+            )
+        card, render = amd_device_nodes(gpu)
+        for path, required in ((card, False), (render, True)):
+            host = dev_dir / Path(path).relative_to(CONTAINER_DEV_DIR)
+            if _is_device_node(host):
+                nodes[path] = str(host)
+            elif required:
+                raise HostSetupError(
+                    f"device node {host} of AMD GPU {gpu.uuid} is missing on this node; "
+                    "is the amdgpu driver loaded?"
+                )
     return nodes
 
 

@@ -64,7 +64,10 @@ class PluginSettings:
     cdi_dir: Path = DEFAULT_CDI_DIR
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     mock_gpus: Path | None = None
-    """A mock GPU file; None = NVML."""
+    """A mock GPU file; None = NVML (or `gpu_backend`)."""
+    gpu_backend: str | None = None
+    """`nvml`, `amdsmi` or `mock` (`gpu_sources.GPU_BACKENDS`); None = mock when
+    `mock_gpus` is set, else NVML."""
     config_file: Path | None = None
     """Node config overrides (split count, scaling, hidden GPUs), watched."""
     libvgpu: LibvgpuPaths = field(default_factory=LibvgpuPaths)
@@ -112,7 +115,7 @@ def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[st
 
 
 def open_backend(settings: PluginSettings) -> GpuBackend:
-    return open_gpu_backend(settings.mock_gpus)
+    return open_gpu_backend(settings.mock_gpus, backend=settings.gpu_backend)
 
 
 class KubeletPlugin:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cdi.naming import validate_claim_uid
-from cdi.spec import ClaimDeviceEdits, build_claim_spec
+from cdi.spec import NVIDIA_CONTROL_DEVICE_NODES, ClaimDeviceEdits, build_claim_spec
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
@@ -36,6 +36,7 @@ from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
 from dra_driver.objects.tamper_rules import tamper_findings
+from kubeletplugin.amdsmi_backend import AMD
 from kubeletplugin.checkpoint import (
     Checkpoint,
     CheckpointFile,
@@ -50,7 +51,13 @@ from kubeletplugin.claim_layout import (
     build_vendor_claim_edits,
     plan_views,
 )
-from kubeletplugin.host_files import check_libvgpu_files, host_device_nodes
+from kubeletplugin.host_files import (
+    AMD_CONTROL_DEVICE_NODES,
+    amd_device_nodes,
+    check_libvgpu_files,
+    host_amd_device_nodes,
+    host_device_nodes,
+)
 from kubeletplugin.metrics import PluginMetrics
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
@@ -377,8 +384,13 @@ class ClaimPreparer:
         the host files the spec will name, so it applies when the runtime reads it."""
         vendor = plan_vendor(plan)
         host_nodes = None
+        amd = vendor is AMD
         if vendor is not NVIDIA:
             edits = build_vendor_claim_edits(plan, views, vendor)
+            if amd and self.settings.with_device_nodes:
+                host_nodes = host_amd_device_nodes(
+                    self.settings.dev_dir, (g.gpu for g in plan.grants)
+                )
         else:
             paths = self.settings.libvgpu
             check_libvgpu_files(paths, with_preload=not plan.disable_control)
@@ -393,11 +405,18 @@ class ClaimPreparer:
         spec = build_claim_spec(
             plan.uid,
             [
-                ClaimDeviceEdits(g.device, g.gpu.minor, own, g.share_id or None)
+                ClaimDeviceEdits(
+                    g.device,
+                    g.gpu.minor,
+                    own,
+                    g.share_id or None,
+                    amd_device_nodes(g.gpu) if amd else None,
+                )
                 for g, own in zip(plan.grants, edits.per_grant, strict=True)
             ],
             common=edits.common,
             host_nodes=host_nodes,
+            control_nodes=AMD_CONTROL_DEVICE_NODES if amd else NVIDIA_CONTROL_DEVICE_NODES,
         )
         self.cdi.write_claim_spec(spec)
         prefix = self.settings.nvidia_cdi_prefix if vendor is NVIDIA else ""

@@ -41,6 +41,7 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         plugin_dir=args.plugin_dir,
         cdi_dir=args.cdi_dir,
         mock_gpus=args.mock_gpus,
+        gpu_backend=args.gpu_backend,
         config_file=args.config,
         libvgpu=LibvgpuPaths(
             host_dir=args.vgpu_dir,

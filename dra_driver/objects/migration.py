@@ -11,7 +11,8 @@ family's DeviceClass (`<family>.vgpu.hami.io`):
 
 - count -> `exactly.count`; MiB -> `capacity.requests.memory`; cores percent
   -> `capacity.requests.cores` (AWS Neuron counts NeuronCores, two per device
-  in DRA mode, so one core is 50 %); a memory percentage -> the VGPUConfig's
+  in DRA mode, so one core is 50 %, with half the card's memory, which HAMi does
+  not account for Neuron and DRA always does); a memory percentage -> the VGPUConfig's
   `memoryPercentage`; whole-card families (`DraVendor.exclusive`) take only a
   count, as every share of theirs is the whole card;
 - use/nouse type and uuid annotations -> CEL selectors on the published
@@ -215,6 +216,8 @@ def _claim_request(
                 f"{request.cores} NeuronCores per device: DRA devices have "
                 f"{NEURON_CORES_PER_DEVICE}",
             )
+        if family.id == "neuron" and cores < 100:
+            config["memoryPercentage"] = cores
     if filters.numa_bind:
         config["numaBind"] = True
     priority_name = backend.adapter.resources.priority
