@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 EXTENDER_PATHS = frozenset({"/filter", "/bind"})
 WEBHOOK_PATH = "/webhook"
+WEBHOOK_PATHS = frozenset({WEBHOOK_PATH, "/migrate"})
 """Only these are guarded. Health, readiness and metrics stay open: probes and Prometheus
 carry no identity."""
 CACHE_LIMIT = 1024
@@ -80,7 +81,7 @@ class CallerAuthenticator:
             return None
         if path in EXTENDER_PATHS:
             return settings.allowed_callers
-        if path == WEBHOOK_PATH and not settings.open_webhook:
+        if path in WEBHOOK_PATHS and not settings.open_webhook:
             return settings.allowed_webhook_callers
         return None
 

@@ -1,6 +1,7 @@
 """The legacy scheduler process: extender and/or webhook over one aiohttp server.
 
-`POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `GET
+`POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `POST
+/migrate` (the opt-in DRA migration, `controller.migration.webhook`), `GET
 /healthz` (the process answers), `GET /readyz` (the caches have listed) and
 `GET /metrics` (HAMi's scheduler metrics).
 Bodies are limited to 1 MiB (413 beyond). /filter, /bind and /webhook answer
@@ -35,6 +36,7 @@ from controller.legacy.extender import Extender, parse_bind_args, parse_filter_a
 from controller.legacy.metrics import legacy_view
 from controller.legacy.pod_shape import check_pod_shape
 from controller.metrics import HamiSchedulerCollector
+from controller.migration.webhook import MIGRATE_PATH, MigrationWebhook
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.node_lock import NodeLocker
@@ -142,10 +144,12 @@ class LegacyServer:
         self.state = state or ClusterState(
             client, settings, write_handshakes=serve.extender, events=events
         )
-        self.extender = Extender(
-            client, self.state, NodeLocker(client, timeout=settings.node_lock_timeout), events
+        locker = NodeLocker(
+            client, timeout=settings.node_lock_timeout, claim_holders=settings.mixed_mode
         )
+        self.extender = Extender(client, self.state, locker, events)
         self.caller_auth = CallerAuthenticator(client, settings.caller_auth)
+        self.migration = MigrationWebhook(client, settings.backends(), settings.scheduler_name)
         self.registry = CollectorRegistry()
         self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))
         self._runner: web.AppRunner | None = None
@@ -163,6 +167,7 @@ class LegacyServer:
             app.router.add_post("/bind", self._guard(self._bind))
         if self.serve.webhook:
             app.router.add_post("/webhook", self._webhook)
+            app.router.add_post(MIGRATE_PATH, self.migration.handle)
         return app
 
     async def start(self) -> None:

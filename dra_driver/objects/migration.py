@@ -96,7 +96,11 @@ class ClaimRequestPlan:
 
     def request(self) -> dict[str, Any]:
         """The `spec.devices.requests[]` entry."""
-        exactly: dict[str, Any] = {"deviceClassName": self.device_class, "count": self.count}
+        exactly: dict[str, Any] = {
+            "deviceClassName": self.device_class,
+            "allocationMode": "ExactCount",
+            "count": self.count,
+        }
         capacity = {}
         if self.memory_mib is not None:
             capacity["memory"] = f"{self.memory_mib}Mi"

@@ -1,0 +1,1 @@
+"""Moving HAMi workloads to DRA: the opt-in mutating webhook (`/migrate`)."""
