@@ -96,6 +96,14 @@ def register_kubelet_plugin(commands: Subcommands) -> None:
         "only a DeviceClass's config may turn HAMi-core's limits off)",
     )
     plugin.add_argument(
+        "--mixed-mode",
+        action=argparse.BooleanOptionalAction,
+        env="MIXED_MODE",
+        default=False,
+        help="the device plugin serves these GPUs too: prepare counts the node's legacy "
+        "pods and refuses a share that would over-commit a GPU (needs --controller-allocated)",
+    )
+    plugin.add_argument(
         "--library-log-level",
         env="LIBRARY_LOG_LEVEL",
         default="WARNING",
@@ -149,6 +157,20 @@ def register_device_plugin(commands: Subcommands) -> None:
         env="DISABLE_CORE_LIMIT",
         default=False,
         help="GPU_CORE_UTILIZATION_POLICY=disable for every container (HAMi's flag)",
+    )
+    device_plugin.add_argument(
+        "--mixed-mode",
+        action=argparse.BooleanOptionalAction,
+        env="MIXED_MODE",
+        default=False,
+        help="the kubelet DRA plugin serves these GPUs too: Allocate counts the claims "
+        "allocated on them and refuses a share that would over-commit a GPU",
+    )
+    device_plugin.add_argument(
+        "--driver",
+        env="DRIVER_NAME",
+        default="vgpu.hami.io",
+        help="in mixed mode, the DRA driver whose slices and claims share these GPUs",
     )
     device_plugin.add_argument(
         "--register-interval",

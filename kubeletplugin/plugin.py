@@ -26,7 +26,7 @@ from watchfiles import awatch
 from api.generated import pluginregistration_pb2_grpc
 from cdi.naming import DEFAULT_CDI_DIR
 from cdi.writer import CdiSpecWriter
-from dra_driver.errors import DriverError
+from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.process.grpc_tasks import stop_grpc_server
@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o600
 EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
+MIXED_NEEDS_CONTROLLER = (
+    "needs --controller-allocated: in mixed mode the device plugin also serves these GPUs, "
+    "and kube-scheduler cannot see legacy usage (HAMi annotations on pods), so if it "
+    "allocated claims it would over-commit GPUs the device plugin also serves; run the "
+    "HAMi-policy controller (which counts legacy pods) and --controller-allocated"
+)
 
 
 @dataclass(frozen=True)
@@ -78,6 +84,12 @@ class PluginSettings:
     """Longest wait for one claim read while preparing, seconds (why 20: preparer.py)."""
     allow_claim_opt_out: bool = False
     """Honour a claim's own enforcement opt-out; by default only a DeviceClass's is."""
+    mixed_mode: bool = False
+    """The device plugin serves these GPUs too: prepare also counts the node's legacy pods."""
+
+    def __post_init__(self) -> None:
+        if self.mixed_mode and self.slices.allocation_taint is None:
+            raise InvalidParameterError("--mixed-mode", MIXED_NEEDS_CONTROLLER)
 
     @property
     def driver(self) -> str:
@@ -109,7 +121,10 @@ def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[st
     for gpu in gpus:
         capacity = build_device(gpu, slices)["capacity"]
         result[device_name(gpu)] = DeviceCapacity(
-            gpu, int(capacity["memory"]["value"]), int(capacity["cores"]["value"])
+            gpu,
+            int(capacity["memory"]["value"]),
+            int(capacity["cores"]["value"]),
+            int(capacity["shares"]["value"]),
         )
     return result
 
@@ -152,6 +167,7 @@ class KubeletPlugin:
                 nvidia_cdi_prefix=settings.nvidia_cdi_prefix,
                 claim_read_timeout_s=settings.claim_read_timeout_s,
                 allow_claim_opt_out=settings.allow_claim_opt_out,
+                mixed_mode=settings.mixed_mode,
             ),
             client,
             lambda: self._capacities,

@@ -53,6 +53,9 @@ class DeviceCapacity:
     gpu: GpuInfo
     memory_bytes: int
     cores: int
+    shares: int = 1
+    """Concurrent shares the device takes (the slice's `shares` capacity); read by
+    mixed mode's check, where legacy pods take slots of the same GPU."""
 
 
 @dataclass(frozen=True, slots=True)

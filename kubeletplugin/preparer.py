@@ -59,9 +59,12 @@ from kubeletplugin.host_files import (
     host_device_nodes,
 )
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.mixed_reads import MixedReadError, fetch_node_pods
+from kubeletplugin.mixed_usage import PreparedShare, prepare_overcommit
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
     DeviceCapacity,
+    DeviceGrant,
     base_request,
     overcommitted,
     plan_claim,
@@ -116,6 +119,8 @@ class PreparerSettings:
     """Longest wait for the API server to answer one claim read, seconds."""
     allow_claim_opt_out: bool = False
     """Honour `disableControl` / `coreLimitPolicy: disable` from a claim's own config."""
+    mixed_mode: bool = False
+    """The device plugin serves these GPUs too: the node's legacy pods count as usage."""
 
 
 def checked_ref(ref: ClaimRef) -> ClaimRef:
@@ -148,6 +153,9 @@ class ClaimPreparer:
         self.events = events
         self.checkpoint = Checkpoint(checkpoint_file.boot_id)
         self._claim_locks: dict[str, asyncio.Lock] = {}
+        self._in_flight: dict[str, tuple[str, tuple[DeviceGrant, ...]]] = {}
+        """Claims between their over-commit check and PrepareCompleted: holder, grants.
+        Their checkpoint record has no devices yet, so concurrent prepares see them here."""
         self._checkpoint_lock = asyncio.Lock()
         self._changes = 0
         self._written = 0
@@ -231,26 +239,30 @@ class ClaimPreparer:
                 allow_claim_opt_out=self.settings.allow_claim_opt_out,
             )
             views = plan_views(plan, uses)
-            others = [
-                (device.device_name, device.memory_limit_bytes, device.core_limit)
-                for other in self.checkpoint.claims.values()
-                if other.uid != ref.uid
-                for device in other.devices
-            ]
-            problem = overcommitted(others, plan, devices)
+            node_pods = await self._node_pods() if self.settings.mixed_mode else None
+            # From here to the STARTED record no await: the check and the claim's entry
+            # in `_in_flight` are one step for every other prepare.
+            others = self._prepared_shares(ref.uid)
+            problem = overcommitted([share[1:] for share in others], plan, devices)
+            if problem is None and node_pods is not None:
+                problem = prepare_overcommit(plan, others, node_pods, devices)
             if problem is not None:
                 raise InvalidParameterError("status.allocation", problem)
             nonce = record.cache_nonce if record is not None else uuidlib.uuid4().hex
             started = ClaimRecord(
                 ref.uid, ref.namespace, ref.name, PrepareState.STARTED, cache_nonce=nonce, pods=pods
             )
-            await self._record(started)
+            self._in_flight[ref.uid] = (f"claim {ref.namespace}/{ref.name}", plan.grants)
             try:
-                prepared = await asyncio.to_thread(self._write_claim, plan, views, nonce)
-            except BaseException:
-                await self._roll_back(ref.uid)
-                raise
-            await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
+                await self._record(started)
+                try:
+                    prepared = await asyncio.to_thread(self._write_claim, plan, views, nonce)
+                except BaseException:
+                    await self._roll_back(ref.uid)
+                    raise
+                await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
+            finally:
+                self._in_flight.pop(ref.uid, None)
             if plan.uncharged:
                 self._event(
                     claim,
@@ -265,6 +277,34 @@ class ClaimPreparer:
                     claim, NORMAL, EVENT_REASON_ENFORCEMENT_DISABLED, plan.enforcement_off_message()
                 )
             return PrepareResult(prepared, pods=pods)
+
+    def _prepared_shares(self, uid: str) -> list[PreparedShare]:
+        """Every other claim's devices prepared or being prepared here."""
+        shares = [
+            (
+                f"claim {other.namespace}/{other.name}",
+                d.device_name,
+                d.memory_limit_bytes,
+                d.core_limit,
+            )
+            for other in self.checkpoint.claims.values()
+            if other.uid != uid
+            for d in other.devices
+        ]
+        shares += [
+            (holder, g.device, g.memory_limit_bytes, g.core_limit)
+            for other, (holder, grants) in self._in_flight.items()
+            if other != uid
+            for g in grants
+        ]
+        return shares
+
+    async def _node_pods(self) -> list[dict]:
+        """The pods the node runs, for their HAMi allocations (mixed mode)."""
+        try:
+            return await fetch_node_pods(self.client, self.settings.node_name)
+        except MixedReadError as error:
+            raise DriverError(f"mixed mode: {error}; the share cannot be checked") from error
 
     async def _unprepare_one(self, ref: ClaimRef) -> PrepareResult:
         validate_claim_uid(ref.uid)

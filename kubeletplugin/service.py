@@ -51,6 +51,7 @@ def settings_from_args(args: argparse.Namespace) -> PluginSettings:
         with_device_nodes=args.nvidia_cdi_prefix is None,
         nvidia_cdi_prefix=args.nvidia_cdi_prefix,
         allow_claim_opt_out=args.allow_claim_opt_out,
+        mixed_mode=args.mixed_mode,
     )
 
 

@@ -24,7 +24,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from api.hami_annotations import BIND_PHASE, VGPU_DEVICES_TO_ALLOCATE, BindPhase
+from api.hami_annotations import (
+    BIND_PHASE,
+    VGPU_DEVICES_TO_ALLOCATE,
+    BindPhase,
+    RegisteredDevice,
+)
 from dra_driver.errors import DriverError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.node_lock import NodeLocker
@@ -46,6 +51,8 @@ from kubeletplugin.deviceplugin.devices import (
 )
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.host_files import check_libvgpu_files
+from kubeletplugin.mixed_reads import fetch_allocated_claims, fetch_node_pods, fetch_slice_uuids
+from kubeletplugin.mixed_usage import allocate_overcommit, register_limits
 from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings, create_cache_dir, new_cache_nonce
 from libvgpu.cache_paths import legacy_cache_location
@@ -75,6 +82,7 @@ class PodAllocator:
         *,
         disable_core_limit: bool = False,
         locker: NodeLocker | None = None,
+        mixed_driver: str | None = None,
     ) -> None:
         self.client = client
         self.node_name = node_name
@@ -85,6 +93,8 @@ class PodAllocator:
         self.events = events
         self.disable_core_limit = disable_core_limit
         self.locker = locker or NodeLocker(client)
+        self.mixed_driver = mixed_driver
+        """Mixed mode: the DRA driver whose claims share these GPUs; None: legacy only."""
         self._serial = asyncio.Lock()
 
     async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits:
@@ -100,7 +110,10 @@ class PodAllocator:
                 raise
             try:
                 grant = next_container(pod, self.node_name, len(device_ids))
-                require_registered(grant, registered_devices(self.gpus(), self.sharing()))
+                registered = registered_devices(self.gpus(), self.sharing())
+                require_registered(grant, registered)
+                if self.mixed_driver is not None:
+                    await self._require_fit(pod, ref, registered, self.mixed_driver)
                 edits = await asyncio.to_thread(self._prepare, grant)
                 await self._record(grant)
             except DriverError as error:
@@ -139,6 +152,23 @@ class PodAllocator:
         except DriverError as error:
             log.info("no pod to prefer devices for", extra={"reason": str(error)})
         return preferred_replicas(available, must_include, size, wanted)
+
+    async def _require_fit(
+        self,
+        pod: Mapping[str, Any],
+        ref: PodRef,
+        registered: Sequence[RegisteredDevice],
+        driver: str,
+    ) -> None:
+        """Mixed mode's second line: the pod's share on top of what the node runs (its
+        other legacy pods, the DRA claims allocated on its GPUs) must fit each GPU."""
+        node_pods = await fetch_node_pods(self.client, self.node_name)
+        uuid_of = await fetch_slice_uuids(self.client, self.node_name, driver)
+        claims = await fetch_allocated_claims(self.client)
+        limits = register_limits(registered)
+        problem = allocate_overcommit(pod, node_pods, claims, driver, uuid_of, limits)
+        if problem is not None:
+            raise AllocateError(f"pod {ref}: {problem}")
 
     def _prepare(self, grant: ContainerGrant) -> ContainerEdits:
         """The container's edits, once the host has every file they mount (as the DRA

@@ -32,6 +32,8 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         ),
         disable_core_limit=args.disable_core_limit,
         register_interval_s=args.register_interval,
+        mixed_mode=args.mixed_mode,
+        driver=args.driver,
     )
 
 

@@ -86,6 +86,10 @@ class DevicePluginSettings:
     kubelet_check_s: float = 1.0
     """Longest time a vanished socket or a new kubelet.sock goes unnoticed."""
     register_timeout_s: float = 10.0
+    mixed_mode: bool = False
+    """The kubelet DRA plugin serves these GPUs too: Allocate counts the claims on them."""
+    driver: str = "vgpu.hami.io"
+    """In mixed mode, the DRA driver whose ResourceSlices and claims share these GPUs."""
 
     @property
     def socket_name(self) -> str:
@@ -130,6 +134,7 @@ class DevicePlugin:
             settings.cache_dirs,
             self.events,
             disable_core_limit=settings.disable_core_limit,
+            mixed_driver=settings.driver if settings.mixed_mode else None,
         )
         self.registrations = 0
         """Successful Register calls; `wait_registered` on it in tests."""
