@@ -202,7 +202,7 @@ async def test_mixed_allocate_refuses_a_pod_the_dra_claims_leave_no_room_for() -
         await rig.bound_pod("late", [[ContainerDevice(UUID_A, "NVIDIA", 8000, 10)]])
         with pytest.raises(AdmissionRejectedError) as rejected:
             await bounded(rig.kubelet.admit_pod("u-late", RESOURCE, [ContainerRequest("main", 1)]))
-        pod, node = await rig.pod("late"), await rig.node()
+        pod, node_after = await rig.pod("late"), await rig.node()
         await plugin.events.wait_idle()
         events = await rig.client.list("/api/v1/namespaces/default/events")
 
@@ -213,7 +213,7 @@ async def test_mixed_allocate_refuses_a_pod_the_dra_claims_leave_no_room_for() -
     )
     assert refusal in rejected.value.event_message
     assert pod["metadata"]["annotations"][BIND_PHASE] == "failed"
-    assert NODE_LOCK not in (node["metadata"].get("annotations") or {})
+    assert NODE_LOCK not in (node_after["metadata"].get("annotations") or {})
     refused = [e for e in events["items"] if e["reason"] == "VGPUAllocationRefused"]
     assert [e["involvedObject"]["name"] for e in refused] == ["late"]
     assert refusal in refused[0]["message"]
