@@ -1,0 +1,1 @@
+"""`dra-driver migrate`: what moving a cluster's HAMi workloads to DRA would change."""
