@@ -110,7 +110,8 @@ class MigrationWebhook:
         spec = build_claim_spec(migration)
         name = template_name(spec)
         try:
-            await self._ensure_template(namespace, spec)
+            if not review.get("dryRun"):  # sideEffects: NoneOnDryRun
+                await self._ensure_template(namespace, spec)
         except ApiError as error:
             message = f"vgpu.hami.io/migrate: cannot write ResourceClaimTemplate {name}: {error}"
             return _review(
