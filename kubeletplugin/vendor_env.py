@@ -7,7 +7,8 @@ stack for the vendor sets it, where that is known:
 
 - Ascend: `ASCEND_VISIBLE_DEVICES`, the physical NPU indexes Ascend's docker
   runtime mounts (HAMi's scheduler writes the same variable, `pkg/device/ascend`);
-- AMD: `ROCR_VISIBLE_DEVICES` (the cards, by index) and
+- AMD: `ROCR_VISIBLE_DEVICES` (the cards as the container numbers them: the
+  spec exposes only the claim's render nodes, so ROCm counts them from 0) and
   `HIP_DEVICE_MEMORY_LIMIT=<MiB>m`, which HAMi's AMD LD_AUDIT layer enforces
   (HAMi `docs/develop/amd-vgpu.md`; one value per container, so the smallest
   of the container's limits);
@@ -43,7 +44,10 @@ VISIBLE_DEVICES_ENV = {
     "amd": "ROCR_VISIBLE_DEVICES",
     "neuron": "AWS_NEURON_VISIBLE_DEVICES",
 }
-"""The vendor runtime's device list, by card index, where HAMi's stack is known to set one."""
+"""The vendor runtime's device list where HAMi's stack is known to set one: host card
+indexes for the runtimes that mount the cards themselves (Ascend's, Neuron's)."""
+CONTAINER_NUMBERED = frozenset({"amd"})
+"""Families whose runtime numbers the cards it finds in the container from 0."""
 
 AMD_MEMORY_LIMIT_ENV = "HIP_DEVICE_MEMORY_LIMIT"
 
@@ -54,7 +58,12 @@ def share_env(vendor: DraVendor, devices: Sequence[DeviceShare]) -> tuple[EnvVar
     env = []
     visible = VISIBLE_DEVICES_ENV.get(vendor.id)
     if visible is not None:
-        env.append(EnvVar(visible, ",".join(str(share.host_index) for share in ordered)))
+        numbers = (
+            range(len(ordered))
+            if vendor.id in CONTAINER_NUMBERED
+            else [share.host_index for share in ordered]
+        )
+        env.append(EnvVar(visible, ",".join(str(number) for number in numbers)))
     limits = [s.memory_limit_bytes for s in ordered if s.memory_limit_bytes is not None]
     if vendor.id == "amd" and limits:
         env.append(EnvVar(AMD_MEMORY_LIMIT_ENV, encode_memory_limit(min(limits))))

@@ -164,7 +164,7 @@ async def test_an_amd_node_publishes_its_family_and_prepares_rocm_variables(node
         assert response.claims[claim.uid].error == ""
         spec, env = spec_env(node, claim.uid)
         assert env == {
-            "ROCR_VISIBLE_DEVICES": "1",
+            "ROCR_VISIBLE_DEVICES": "0",  # card 1, the first ROCm finds in the container
             "HIP_DEVICE_MEMORY_LIMIT": "49152m",
             "VGPU_SHARE_VENDOR": "amd",
             "VGPU_SHARE_DEVICES": "CARD-b",
@@ -218,7 +218,9 @@ async def test_an_ascend_template_share_gets_its_vnpu_template_and_a_whole_chip_
             "ascend.vgpu.hami.io",
             [result("gpu-0", "64Gi", "0"), result("gpu-1", "16Gi", "0")],
         )
-        response = await node.kubelet.prepare(DRIVER, [vnpu, whole, two])
+        # Alone first: with the others it would also over-commit gpu-0, refused before.
+        refused = await node.kubelet.prepare(DRIVER, [two])
+        response = await node.kubelet.prepare(DRIVER, [vnpu, whole])
         _, vnpu_env = spec_env(node, vnpu.uid)
         _, whole_env = spec_env(node, whole.uid)
 
@@ -229,7 +231,7 @@ async def test_an_ascend_template_share_gets_its_vnpu_template_and_a_whole_chip_
         "vir05_1c_16g",
     )
     assert whole_env["ASCEND_VISIBLE_DEVICES"] == "0" and "ASCEND_VNPU_SPECS" not in whole_env
-    assert "one vNPU per container" in response.claims[two.uid].error
+    assert "one vNPU per container" in refused.claims[two.uid].error
 
 
 async def test_an_nvidia_claim_on_this_node_still_needs_libvgpu(node: VendorNode):

@@ -181,6 +181,16 @@ def test_amd_env_has_hami_amd_layers_memory_limit_the_smallest_of_the_container(
     assert env["HIP_DEVICE_MEMORY_LIMIT"] == "8192m"
 
 
+def test_amd_cards_are_numbered_as_the_container_sees_them():
+    """The spec exposes only the claim's render nodes, so ROCm counts the cards it finds
+    from 0: host cards 2 and 5 are the container's 0 and 1 (Ascend's runtime, which mounts
+    the NPUs itself, keeps host indexes)."""
+    amd = share_env(dra_vendor("amd"), shares(("A", 5, 8 * GIB, 50), ("B", 2, 8 * GIB, 50)))
+    assert dict((v.name, v.value) for v in amd)["ROCR_VISIBLE_DEVICES"] == "0,1"
+    ascend = share_env(dra_vendor("ascend"), shares(("N", 5, 8 * GIB, 0)))
+    assert dict((v.name, v.value) for v in ascend)["ASCEND_VISIBLE_DEVICES"] == "5"
+
+
 def test_a_family_without_a_known_runtime_variable_gets_only_the_share():
     env = share_env(dra_vendor("mlu"), shares(("MLU-0", 0, 12 * GIB, 25)))
     assert [v.name for v in env] == [
