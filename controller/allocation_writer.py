@@ -4,7 +4,9 @@ The decision loop charges an allocation to the engine and marks it pending in
 the view before calling `write_pod`, so it never waits on the API. The writes
 run concurrently (at most `write_concurrency` pods at once), each pod's claims
 in order; if one fails, the ones already written are taken back and the pod is
-retried after a jittered backoff. Each completed write is adopted into the view
+retried after a jittered backoff. In mixed mode a pod's writes hold the node's
+lock (node_guard.py), and a lock held by another or a legacy share that took the
+room fails them the same way. Each completed write is adopted into the view
 before the watch shows it. `ClaimWriter` (claim_writes.py) makes the API calls.
 
 Owns: the write and clean-up tasks and the semaphore. Calls: ClaimWriter, the
@@ -24,6 +26,7 @@ from controller.allocation import describe_results
 from controller.claim_writes import ClaimWriter
 from controller.cluster_view import ClusterView
 from controller.metrics import ControllerMetrics
+from controller.node_guard import NodeGuard, NoNodeGuard
 from controller.object_state import (
     allocated_node,
     allocation_of,
@@ -56,6 +59,7 @@ class AllocationWriter:
         *,
         concurrency: int,
         retry_initial_s: float,
+        guard: NodeGuard | None = None,
     ) -> None:
         self.writer = writer
         self.view = view
@@ -63,6 +67,8 @@ class AllocationWriter:
         self.placements = placements
         self.metrics = metrics
         self.retry_initial_s = retry_initial_s
+        self.guard: NodeGuard = guard or NoNodeGuard()
+        """Mixed mode: the node lock and the legacy re-check around a pod's writes."""
         self.tasks: set[asyncio.Task[None]] = set()
         """Writes and clean-ups still running (cancelled when the controller stops)."""
         self._semaphore = asyncio.Semaphore(concurrency)
@@ -97,7 +103,8 @@ class AllocationWriter:
     async def _write_pod(self, key: str, writes: ClaimWrites) -> None:
         written: list[dict[str, Any]] = []
         try:
-            async with self._semaphore:
+            node = allocated_node({"status": {"allocation": writes[0][1]}}) if writes else None
+            async with self._semaphore, self.guard.hold(node, [c for c, _ in writes]):
                 for claim, allocation in writes:
                     stored = await self.writer.allocate(claim, allocation)
                     self.view.adopt(stored)

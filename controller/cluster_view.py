@@ -10,6 +10,8 @@ kube-scheduler changes nothing (see `usage_signature`).
 
 Owns: the six informers and the assume cache; the pending writes; the claim
 <-> pod index; the uids of pods seen deleted; each claim's usage signature;
+in mixed mode, what each legacy pod holds (its HAMi annotations, charged to the
+slice device with the same uuid on its node, controller/mixed_usage.py);
 the inventory, the engine, the request context and the CEL memo; the node
 filter. Calls: the pure builders (inventory, requests, node filter), the
 engine, and `report_duplicate_uuids` (events). Never writes a claim; the
@@ -28,6 +30,7 @@ from controller.inventory import (
     quota_ledger,
     usage_by_node,
 )
+from controller.mixed_usage import LegacyHold, add_holds, legacy_backends, legacy_hold
 from controller.node_filter import NodeFilter
 from controller.object_state import allocated_node, allocation_of, is_terminal, reservations_of
 from controller.requests import RequestContext
@@ -102,6 +105,9 @@ class ClusterView:
         self._claim_pods: dict[str, set[str]] = {}
         self._pod_claims: dict[str, set[str]] = {}
         self._deleted_pods: dict[str, None] = {}
+        self._legacy_backends = legacy_backends()
+        self.legacy_holds: dict[str, LegacyHold] = {}
+        """Pod key -> what a legacy pod holds (mixed mode only; empty otherwise)."""
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -171,6 +177,21 @@ class ClusterView:
             for claim_key in claims:
                 self._claim_pods.setdefault(claim_key, set()).add(key)
         return previous | claims
+
+    def note_legacy_pod(self, key: str, pod: Mapping[str, Any], gone: bool) -> bool:
+        """In mixed mode, track what the pod holds through HAMi's annotations; True if
+        that changed (the engine is stale then)."""
+        if not self.settings.mixed_mode:
+            return False
+        hold = None if gone else legacy_hold(pod, self._legacy_backends)
+        if hold == self.legacy_holds.get(key):
+            return False
+        if hold is None:
+            del self.legacy_holds[key]
+        else:
+            self.legacy_holds[key] = hold
+        self._usage_stale = True
+        return True
 
     def adopt(self, stored: dict[str, Any]) -> None:
         """Make a write we made part of the view before the watch shows it."""
@@ -296,7 +317,7 @@ class ClusterView:
         claims = self.effective_claims()
         self.engine = Engine(
             self.inventory.nodes.values(),
-            usage_by_node(claims, self.inventory),
+            add_holds(usage_by_node(claims, self.inventory), self.legacy_holds.values()),
             settings=EngineSettings(self.settings.gpu_policy, self.settings.node_policy),
             vendors=self.vendors,
             quota=quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors),

@@ -45,6 +45,14 @@ def register(commands: Subcommands) -> None:
         help="also allocate claims no pod refers to",
     )
     parser.add_argument(
+        "--mixed-mode",
+        action=argparse.BooleanOptionalAction,
+        env="MIXED_MODE",
+        default=False,
+        help="the nodes also serve their GPUs to legacy (device-plugin) pods: count their "
+        "HAMi annotations as usage and write allocations under HAMi's node lock",
+    )
+    parser.add_argument(
         "--leader-elect",
         action=argparse.BooleanOptionalAction,
         env="LEADER_ELECT",
@@ -97,6 +105,7 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
             gpu_policy=args.gpu_scheduler_policy,
             node_policy=args.node_scheduler_policy,
             allocate_standalone_claims=args.standalone_claims,
+            mixed_mode=args.mixed_mode,
         ),
         leader=leader,
         metrics_address=(args.metrics_host, args.metrics_port) if args.metrics_port else None,

@@ -12,7 +12,8 @@ DeviceClasses are not yet allocated. A pod that fits nowhere gets events with
 the engine's reasons and waits until the cluster changes (event_handlers.py
 say when) and at least its backoff, so a stuck pod never spins. Allocations
 no pod will use are cleared, and pods kube-scheduler could not put on the
-chosen node are moved (sweeper.py).
+chosen node are moved (sweeper.py). In mixed mode legacy pods' HAMi
+annotations count as usage and writes hold HAMi's node lock (node_guard.py).
 
 This module composes those parts and runs the loop: sync each due key, then
 sleep until the next one is due or something changed.
@@ -34,6 +35,7 @@ from controller.cluster_view import ClusterView
 from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.event_handlers import ClusterEventHandlers
 from controller.metrics import ControllerMetrics, ViewSnapshot
+from controller.node_guard import MixedNodeGuard, NodeGuard, NoNodeGuard
 from controller.object_state import (
     allocated_node,
     allocation_of,
@@ -51,6 +53,7 @@ from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
+from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
@@ -91,6 +94,11 @@ class Controller:
         self.view = ClusterView(client, settings, self.vendors, recorder)
         self.queue = WorkQueue(clock, settings.retry_initial_s, settings.retry_max_s)
         self.placements = PodPlacements()
+        guard: NodeGuard = (
+            MixedNodeGuard(client, self.view, NodeLocker(client, claim_holders=True))
+            if settings.mixed_mode
+            else NoNodeGuard()
+        )
         self.writer = AllocationWriter(
             ClaimWriter(
                 client,
@@ -104,6 +112,7 @@ class Controller:
             metrics,
             concurrency=settings.write_concurrency,
             retry_initial_s=settings.retry_initial_s,
+            guard=guard,
         )
         self.sweeper = Sweeper(
             self.view, self.writer, self.queue, self.placements, recorder, settings, clock

@@ -80,6 +80,8 @@ class ClusterEventHandlers:
         key = object_key(pod)
         gone = kind == "DELETED"
         claims = self.view.note_pod(key, pod, gone)
+        if self.view.note_legacy_pod(key, pod, gone):
+            self.queue.changed()
         finished = gone or is_terminal(pod)
         node = None if finished else (pod.get("spec") or {}).get("nodeName")
         if self.view.node_filter.place(key, node):

@@ -26,6 +26,11 @@ class ControllerSettings:
     """Also allocate claims of our classes that no pod refers to (on any node that fits);
     off by default: a claim is allocated when a pod needs it, on that pod's node."""
 
+    mixed_mode: bool = False
+    """The cluster's nodes also serve their GPUs to legacy (device-plugin) pods: count
+    their HAMi annotations as usage and write allocations under HAMi's node lock, so
+    the extender and this controller never hand out the same share (controller/mixed_usage.py)."""
+
     gpu_policy: str = SPREAD
     """HAMi's `--gpu-scheduler-policy` default; a pod or VGPUConfig may override."""
 

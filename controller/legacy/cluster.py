@@ -1,6 +1,8 @@
 """The scheduler's view of the cluster: registered nodes, pod usage, quotas, one engine.
 
-Fed by list-and-watch informers (nodes, pods, ResourceQuotas). The engine is
+Fed by list-and-watch informers (nodes, pods, ResourceQuotas; in mixed mode
+also ResourceSlices and ResourceClaims, `controller.legacy.dra_usage`, whose
+allocations on the registered GPUs count as usage). The engine is
 built from that view once and then kept current: a pod's allocation appearing
 or going is charged to or released from the engine, a node whose devices
 change is replaced in it; only a quota change marks the engine stale, and
@@ -28,6 +30,7 @@ from typing import Any
 from api import hami_annotations as keys
 from api.hami_annotations import AnnotationDecodeError
 from controller.legacy.config import LegacySettings
+from controller.legacy.dra_usage import DraHolds, DraUsage, NoDraUsage
 from controller.legacy.inventory import (
     NodeInventory,
     UuidSightings,
@@ -148,6 +151,12 @@ class ClusterState:
         self.quotas = Informer(
             client, QUOTAS, handlers=[self._on_quota], settings=informer_settings
         )
+        self.dra: DraHolds = (
+            DraUsage(client, self._on_dra_usage, settings=informer_settings)
+            if settings.mixed_mode
+            else NoDraUsage()
+        )
+        """Mixed mode: what DRA claims hold on the registered GPUs (by uuid)."""
         self.inventory: dict[str, NodeInventory] = {}
         self.usable: set[str] = set()
         """Names of the nodes whose devices could be read (the engine's nodes)."""
@@ -173,6 +182,7 @@ class ClusterState:
             (self.nodes, "legacy-nodes"),
             (self.pods, "legacy-pods"),
             (self.quotas, "legacy-quotas"),
+            *((informer, f"legacy-dra {informer.path}") for informer in self.dra.informers),
         ):
             self._tasks.append(asyncio.create_task(informer.run(), name=name))
         if self.write_handshakes:
@@ -193,7 +203,7 @@ class ClusterState:
             )
 
     async def _synced(self) -> None:
-        for informer in (self.nodes, self.pods, self.quotas):
+        for informer in (self.nodes, self.pods, self.quotas, *self.dra.informers):
             await informer.synced.wait()
 
     async def aclose(self) -> None:
@@ -203,7 +213,8 @@ class ClusterState:
     @property
     def ready(self) -> bool:
         """Every cache has listed and none of the background tasks has stopped."""
-        synced = all(i.synced.is_set() for i in (self.nodes, self.pods, self.quotas))
+        informers = (self.nodes, self.pods, self.quotas, *self.dra.informers)
+        synced = all(i.synced.is_set() for i in informers)
         return synced and bool(self._tasks) and not any(task.done() for task in self._tasks)
 
     # -- the engine
@@ -227,6 +238,10 @@ class ClusterState:
         for allocation in self.allocations.values():
             per_node = usage.setdefault(allocation.placement.node, {})
             for device, amount in allocation.usage.items():
+                per_node[device] = per_node.get(device, DeviceUsage()).plus(amount)
+        for node in nodes:
+            per_node = usage.setdefault(node.name, {})
+            for device, amount in self.dra.node_usage(node.name).items():
                 per_node[device] = per_node.get(device, DeviceUsage()).plus(amount)
         return Engine(
             nodes,
@@ -279,12 +294,29 @@ class ClusterState:
             self._engine.commit(request, allocation.placement)
 
     def _node_usage(self, name: str) -> dict[str, DeviceUsage]:
+        """Everything held on the node's devices: legacy pods and (mixed mode) DRA claims."""
+        usage = self.legacy_usage(name)
+        for device, amount in self.dra.node_usage(name).items():
+            usage[device] = usage.get(device, DeviceUsage()).plus(amount)
+        return usage
+
+    def legacy_usage(self, name: str, *, excluding: str = "") -> dict[str, DeviceUsage]:
+        """What the legacy pods on the node hold, leaving out the pod with uid `excluding`."""
         usage: dict[str, DeviceUsage] = {}
         for allocation in self.allocations.values():
-            if allocation.placement.node == name:
+            if allocation.placement.node == name and allocation.uid != excluding:
                 for device, amount in allocation.usage.items():
                     usage[device] = usage.get(device, DeviceUsage()).plus(amount)
         return usage
+
+    def _on_dra_usage(self, nodes: set[str]) -> None:
+        """DRA claims' usage moved on these nodes: reset them in the engine."""
+        if self._engine is None:
+            return
+        for name in nodes:
+            entry = self.inventory.get(name)
+            if entry is not None and entry.node is not None:
+                self._engine.set_node(entry.node, self._node_usage(name))
 
     def device_indices(self, name: str) -> dict[str, int]:
         entry = self.inventory.get(name)

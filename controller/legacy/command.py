@@ -165,6 +165,14 @@ def _register_role(commands: Subcommands, name: str) -> None:
         env="FORCE_OVERWRITE_DEFAULT_SCHEDULER",
         default=True,
     )
+    parser.add_argument(
+        "--mixed-mode",
+        action=argparse.BooleanOptionalAction,
+        env="MIXED_MODE",
+        default=False,
+        help="the nodes also serve their GPUs to DRA claims: count the claims' allocations "
+        "as usage and re-check them under the node lock at bind",
+    )
     for flag in VENDOR_FLAGS:
         parser.add_argument(
             f"--{flag}",
@@ -216,6 +224,7 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
         enforcement_opt_out_namespaces=_names(args.enforcement_opt_out_namespaces),
+        mixed_mode=args.mixed_mode,
         enabled_vendor_flags=frozenset(
             flag for flag in VENDOR_FLAGS if getattr(args, flag.replace("-", "_"))
         ),

@@ -139,6 +139,9 @@ class LegacySettings:
     """Namespaces whose GPU containers may set `CUDA_DISABLE_CONTROL` and
     `GPU_CORE_UTILIZATION_POLICY` themselves: turning HAMi-core's enforcement off is an
     administrator's decision, so everywhere else the webhook refuses both."""
+    mixed_mode: bool = False
+    """The nodes also serve their GPUs to DRA claims: count the claims' allocations (by
+    GPU uuid) in Filter and check again under the node lock at Bind."""
     enabled_vendor_flags: frozenset[str] = frozenset()
     """The `--enable-<vendor>` flags given (e.g. `enable-iluvatar`), without dashes."""
 

@@ -7,11 +7,14 @@ node would have every bind after the first fail and wait out kube-scheduler's
 backoff (up to 10 s). Instead this process queues its binds per node and the
 head of the queue waits, up to `node_lock_retry_timeout`, for the holder's
 release (woken by the node watch) before HAMi's rules decide; a lock still held
-then, by any pod of any process, fails the bind as HAMi's does. Answers use the Go field
-names of `k8s.io/kube-scheduler/extender/v1`. A pod-level problem (a bad
-resource value, an API failure) is answered with `Error`, which kube-scheduler
-retries with backoff; nodes that cannot take the pod go to `FailedNodes`.
-Reference: hami-protocol.md §4.
+then, by any pod of any process, fails the bind as HAMi's does. In mixed mode
+(`LegacySettings.mixed_mode`) Filter counts DRA claims' allocations on the
+registered GPUs, and Bind, holding the lock, re-reads the claims and fails if
+the pod's shares no longer fit beside them (kube-scheduler then filters
+again). Answers use the Go field names of `k8s.io/kube-scheduler/extender/v1`.
+A pod-level problem (a bad resource value, an API failure) is answered with
+`Error`, which kube-scheduler retries with backoff; nodes that cannot take
+the pod go to `FailedNodes`. Reference: hami-protocol.md §4.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from api import hami_annotations as keys
-from api.hami_annotations import BindPhase
+from api.hami_annotations import AnnotationDecodeError, BindPhase
 from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
-from controller.legacy.pod_usage import PodAllocation, pod_uid
+from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
 from dra_driver.engine.engine import Placement
+from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
@@ -81,6 +85,10 @@ class BindArgs:
     pod_namespace: str
     pod_uid: str
     node: str
+
+
+class DraShareTakenError(DriverError):
+    """Mixed mode: under the node lock, DRA claims leave no room for the pod's shares."""
 
 
 def parse_filter_args(body: object) -> FilterArgs:
@@ -335,6 +343,7 @@ class Extender:
             log.warning("node lock not taken", extra={"pod": name, "error": str(error)})
             return {"Error": f"pod {name}: {error}"}
         try:
+            await self._check_room(pod, args.node)
             await self._bind(args)
         except DriverError as error:
             await self._undo(args, taken)
@@ -419,6 +428,28 @@ class Extender:
                     extra={"node": args.node, "pod": args.pod_name, "lock": error.reason},
                 )
             await wait_event(changed, min(remaining, LOCK_RECHECK_S))
+
+    async def _check_room(self, pod: Mapping[str, Any], node: str) -> None:
+        """Mixed mode, under the node lock: the node's GPUs must still carry every legacy
+        share, this pod's included, beside the DRA claims the API shows now (the
+        controller writes allocations under the same lock, so one of the two loses)."""
+        entry = self.state.inventory.get(node)
+        if entry is None or entry.node is None:
+            return
+        legacy = self.state.legacy_usage(node, excluding=pod_uid(pod))
+        try:
+            own = read_pod_allocation(pod, self.state.backends, self.state.device_indices)
+        except AnnotationDecodeError as error:
+            raise DraShareTakenError(f"its device annotation is unreadable: {error}") from error
+        if own is not None and own.placement.node == node:
+            for device, amount in own.usage.items():
+                legacy[device] = legacy.get(device, DeviceUsage()).plus(amount)
+        problems = await self.state.dra.problems(entry.node, legacy)
+        if problems:
+            raise DraShareTakenError(
+                f"DRA claims now hold part of its GPUs ({'; '.join(problems)}); "
+                "filter the pod again"
+            )
 
     async def _bind(self, args: BindArgs) -> None:
         path = _pods_path(args.pod_namespace, args.pod_name)

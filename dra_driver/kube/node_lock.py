@@ -9,6 +9,13 @@ own lock treats it as held, which is how a lost patch response is survived.
 Used by the extender's Bind and by the device plugin's Allocate (release).
 A vendor with a lock of its own (Cambricon's `cambricon.com/dsmlu.lock`, a bare
 time) gets a locker on its key that records no owner.
+
+In a mixed cluster the DRA controller takes the same lock around writing a
+claim's allocation, with the claim's namespace/name as holder. A locker made
+with `claim_holders=True` (both allocators' in mixed mode) then reads a holder
+that is no pod as that claim: it holds the lock while it exists, is not being
+deleted and is not yet allocated, so a contender waits for the controller's
+write instead of taking the lock over as dangling.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from dra_driver.objects.node_lock import (
     may_release,
     view_lock,
 )
+from dra_driver.objects.resource_api import RESOURCE_API
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +72,10 @@ class NodeLocker:
         first_pause_s: float = FIRST_PAUSE_S,
         key: str = NODE_LOCK,
         records_owner: bool = True,
+        claim_holders: bool = False,
     ) -> None:
         self.client = client
+        self.claim_holders = claim_holders
         self.key = key
         self.records_owner = records_owner
         self.timeout = timeout
@@ -152,8 +162,19 @@ class NodeLocker:
         try:
             holder = await self.client.get(path)
         except NotFoundError:
-            return False
+            return self.claim_holders and await self._claim_being_allocated(namespace, pod)
         return (holder.get("status") or {}).get("phase") not in TERMINATED_PHASES
+
+    async def _claim_being_allocated(self, namespace: str, name: str) -> bool:
+        """Whether the DRA controller may still be writing this claim's allocation."""
+        path = object_path(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", name)
+        try:
+            claim = await self.client.get(path)
+        except NotFoundError:
+            return False
+        metadata = claim.get("metadata") or {}
+        allocated = (claim.get("status") or {}).get("allocation")
+        return not metadata.get("deletionTimestamp") and not allocated
 
     async def _write(self, node: str, resource_version: str | None, value: str | None) -> None:
         body = {"metadata": {"resourceVersion": resource_version, "annotations": {self.key: value}}}

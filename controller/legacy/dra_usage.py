@@ -1,0 +1,112 @@
+"""What DRA claims hold on the legacy scheduler's GPUs, in a mixed cluster.
+
+The extender's engine counts legacy pods; on a node that also runs the kubelet
+DRA plugin, the DRA controller hands out shares of the same GPUs through
+ResourceClaims. This view watches the driver's ResourceSlices (which device
+name of which pool is which GPU uuid on which node) and every ResourceClaim,
+and charges each allocation result to (node, uuid), the key the register
+annotation's devices have in the engine (controller/mixed_usage.py). The state
+calls back with the nodes whose DRA usage changed, so only those are reset in
+the engine.
+
+At Bind, under the node lock, `problems` re-reads the claims from the API:
+the informer may not yet show an allocation the controller wrote a moment
+ago, and the lock orders the two writers, so what the API shows then is all
+the extender must fit beside.
+
+`NoDraUsage` stands in outside mixed mode: nothing held, nothing re-read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from controller.inventory import Inventory, build_inventory
+from controller.mixed_usage import NodeUsage, add_usage, claims_usage, over_commits
+from dra_driver.engine.model import DeviceUsage, Node
+from dra_driver.kube.informer import Informer, InformerSettings
+from dra_driver.kube.rest import KubeClient
+from dra_driver.objects.claim_workloads import DRIVER_NAME
+from dra_driver.objects.resource_api import RESOURCE_API
+
+CLAIMS = f"{RESOURCE_API}/resourceclaims"
+SLICES = f"{RESOURCE_API}/resourceslices"
+
+
+class DraHolds(Protocol):
+    informers: tuple[Informer, ...]
+
+    def node_usage(self, node: str) -> Mapping[str, DeviceUsage]: ...
+
+    async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]: ...
+
+
+class NoDraUsage:
+    """Outside mixed mode the extender is the only allocator of its GPUs."""
+
+    informers: tuple[Informer, ...] = ()
+
+    def node_usage(self, node: str) -> Mapping[str, DeviceUsage]:
+        return {}
+
+    async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
+        return []
+
+
+class DraUsage:
+    """Slices and claims informers, and the per-node usage of the claims' allocations."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        on_change: Callable[[set[str]], None],
+        *,
+        driver: str = DRIVER_NAME,
+        settings: InformerSettings | None = None,
+    ) -> None:
+        self.client = client
+        self.driver = driver
+        self.on_change = on_change
+        self.slices = Informer(
+            client,
+            SLICES,
+            handlers=[self._on_slice],
+            field_selector=f"spec.driver={driver}",
+            settings=settings,
+        )
+        self.claims = Informer(client, CLAIMS, handlers=[self._on_claim], settings=settings)
+        self.informers = (self.slices, self.claims)
+        self.inventory = Inventory()
+        self.usage: NodeUsage = {}
+
+    def node_usage(self, node: str) -> Mapping[str, DeviceUsage]:
+        return self.usage.get(node, {})
+
+    async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
+        """Why `legacy` (every legacy share on the node, the binding pod's included) does
+        not fit beside the claims allocated on the node now; empty when it fits."""
+        listed = await self.client.list(CLAIMS)
+        held = claims_usage(listed.get("items") or [], self.inventory).get(node.name, {})
+        total = add_usage({node.name: dict(legacy)}, {node.name: held})
+        return over_commits(node, total.get(node.name, {}))
+
+    def _on_slice(self, kind: str, obj: dict[str, Any]) -> None:
+        self.inventory = build_inventory(self.slices.store.values(), self.driver)
+        self._recount()
+
+    def _on_claim(self, kind: str, obj: dict[str, Any]) -> None:
+        """Any change may add or clear an allocation; the sum is taken again (claims are
+        few next to pods, and only the nodes whose sum moved are reset in the engine)."""
+        self._recount()
+
+    def _recount(self) -> None:
+        usage = claims_usage(self.claims.store.values(), self.inventory)
+        changed = {
+            node
+            for node in usage.keys() | self.usage.keys()
+            if usage.get(node) != self.usage.get(node)
+        }
+        self.usage = usage
+        if changed:
+            self.on_change(changed)
