@@ -26,7 +26,7 @@ from controller.allocation import describe_results
 from controller.claim_writes import ClaimWriter
 from controller.cluster_view import ClusterView
 from controller.metrics import ControllerMetrics
-from controller.node_guard import NodeGuard, NoNodeGuard
+from controller.node_guard import LegacyShareTakenError, NodeGuard, NoNodeGuard
 from controller.object_state import (
     allocated_node,
     allocation_of,
@@ -36,11 +36,18 @@ from controller.object_state import (
 from controller.pod_placements import PodPlacements
 from controller.work_queue import WorkQueue, jittered
 from dra_driver.errors import DriverError
+from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
+from dra_driver.objects.node_lock import NodeLockBusyError
 
 log = logging.getLogger(__name__)
 
 WRITE_FAILED = "AllocationWriteFailed"
+HELD_BACK: dict[type[DriverError], str] = {
+    NodeLockBusyError: "NodeLockHeld",
+    LegacyShareTakenError: "LegacyShareTaken",
+}
+"""Mixed mode: the event reason on a claim whose write the node guard held back."""
 
 ClaimWrites = list[tuple[dict[str, Any], dict[str, Any]]]
 """A pod's claims, each with the allocation to write, in the order they are written."""
@@ -60,6 +67,7 @@ class AllocationWriter:
         concurrency: int,
         retry_initial_s: float,
         guard: NodeGuard | None = None,
+        recorder: EventRecorder | None = None,
     ) -> None:
         self.writer = writer
         self.view = view
@@ -69,6 +77,8 @@ class AllocationWriter:
         self.retry_initial_s = retry_initial_s
         self.guard: NodeGuard = guard or NoNodeGuard()
         """Mixed mode: the node lock and the legacy re-check around a pod's writes."""
+        self.recorder = recorder
+        """Where a claim is told why the guard held its write back (mixed mode)."""
         self.tasks: set[asyncio.Task[None]] = set()
         """Writes and clean-ups still running (cancelled when the controller stops)."""
         self._semaphore = asyncio.Semaphore(concurrency)
@@ -127,6 +137,7 @@ class AllocationWriter:
         except DriverError as error:
             log.warning("allocation not written", extra={"pod": key, "error": str(error)})
             self.metrics.failures.labels(WRITE_FAILED).inc()
+            self._tell_held_back(writes, error)
             for stored in written:
                 with contextlib.suppress(DriverError):
                     await self.clear_allocation(stored)
@@ -139,6 +150,20 @@ class AllocationWriter:
                 self.view.mark_usage_stale()
                 self.queue.changed()
             self.queue.poke()
+
+    def _tell_held_back(self, writes: ClaimWrites, error: DriverError) -> None:
+        """A claim waiting on a legacy pod's node lock or share says so on `kubectl
+        describe` (repeats fold into one event); other write failures only log."""
+        reason = HELD_BACK.get(type(error))
+        if reason is None or self.recorder is None:
+            return
+        for claim, _ in writes:
+            self.recorder.emit(
+                involved_object(claim, "ResourceClaim", "resource.k8s.io/v1"),
+                WARNING,
+                reason,
+                f"allocation retried later: {error}",
+            )
 
     def _record_condition(self, key: str) -> None:
         """Remember the pod's PodScheduled condition as of our completed write: only a

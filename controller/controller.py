@@ -113,6 +113,7 @@ class Controller:
             concurrency=settings.write_concurrency,
             retry_initial_s=settings.retry_initial_s,
             guard=guard,
+            recorder=recorder,
         )
         self.sweeper = Sweeper(
             self.view, self.writer, self.queue, self.placements, recorder, settings, clock

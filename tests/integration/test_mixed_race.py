@@ -28,59 +28,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from controller_cluster import (
-    CONTROLLER_TAINT,
-    DRIVER,
-    WAIT_S,
-    Cluster,
-    capacity,
-    cluster,
-    controller,
-    gpu,
-    request,
-)
+from controller_cluster import WAIT_S, Cluster, capacity, request
 from legacy_fixtures import (
     AllocatorStandIn,
     create_pod,
     extender_client,
     gpu_pod,
-    legacy_scheduler,
     pods_path,
-    register_value,
+)
+from mixed_fixtures import (
+    CLAIMS,
+    CORES,
+    DRIVER,
+    MEMORY_MIB,
+    NODE,
+    NS,
+    SHARES,
+    UUID,
+    claim_path,
+    mixed_cluster,
 )
 
-from api.hami_annotations import (
-    NODE_LOCK,
-    NODE_NVIDIA_REGISTER,
-    VGPU_DEVICES_ALLOCATED,
-    decode_pod_devices,
-)
+from api.hami_annotations import NODE_LOCK, VGPU_DEVICES_ALLOCATED, decode_pod_devices
 from api.quantity import MIB, parse_quantity
 from controller.controller import Controller
-from controller.legacy.config import LegacySettings
 from controller.legacy.server import LegacyServer
-from controller.settings import ControllerSettings
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
 from dra_driver.objects.node_lock import read_lock
-from kubeletplugin.slices import SliceSettings
 from simulator.standins.scheduler_extender import ExtenderCallError, SchedulerExtenderClient
 
-NODE = "mixed-node"
-NS = "mixed"
-UUID = f"GPU-{NODE}-0"
-MEMORY_GIB = 16
-MEMORY_MIB = MEMORY_GIB * 1024
-SHARES = 2
-CORES = 100
 ROUNDS = 200
-SLICES = SliceSettings(driver=DRIVER, allocation_taint=CONTROLLER_TAINT, split_count=SHARES)
-CLAIMS = "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims"
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +88,6 @@ class Tally:
     legacy_won: int = 0
     dra_won: int = 0
     over: list[str] = field(default_factory=list)
-
-
-def claim_path(name: str) -> str:
-    return object_path(CLAIMS.format(ns=NS), name)
 
 
 async def held(client: KubeClient) -> dict[str, Decimal]:
@@ -246,42 +224,6 @@ async def settle_removed(
             await informer.wait_for(no_claims)
         await ctl.view.pods.wait_for(no_pods)
         await server.state.pods.wait_for(no_pods)
-
-
-@contextlib.asynccontextmanager
-async def mixed_cluster(
-    tmp_path: Path, mixed: bool
-) -> AsyncIterator[tuple[Cluster, Controller, LegacyServer]]:
-    async with cluster(tmp_path) as c:
-        client = c.client
-        await client.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-        await c.add_class()
-        await c.add_node(NODE, [gpu(NODE, 0, memory_gib=MEMORY_GIB)], slices=SLICES)
-        register = register_value(NODE, gpus=1, count=SHARES, memory=MEMORY_MIB)
-        await client.patch(
-            object_path("/api/v1/nodes", NODE),
-            {"metadata": {"annotations": {NODE_NVIDIA_REGISTER: register}}},
-        )
-        await client.patch(
-            object_path("/api/v1/nodes", NODE) + "/status",
-            {"status": {"allocatable": {"nvidia.com/gpu": str(SHARES)}}},
-        )
-        settings = ControllerSettings(
-            retry_initial_s=0.02,
-            retry_max_s=0.2,
-            allocate_standalone_claims=True,
-            mixed_mode=mixed,
-        )
-        async with (
-            controller(client, settings) as ctl,
-            legacy_scheduler(client, LegacySettings(mixed_mode=mixed)) as server,
-        ):
-            async with asyncio.timeout(WAIT_S):
-                await server.state.nodes.wait_for(lambda _: NODE in server.state.usable)
-                if mixed:
-                    await server.state.dra.informers[0].wait_for(bool)
-                await ctl.view.slices.wait_for(bool)
-            yield c, ctl, server
 
 
 def start_signal(
