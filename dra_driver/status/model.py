@@ -4,7 +4,9 @@ Built from plain API objects (ResourceSlices, ResourceClaims, Pods, Nodes,
 Events), so it has no I/O and the same code serves the CLI, the simulator and
 tests. DRA shares come from claim allocations of this driver's devices;
 legacy-mode shares from HAMi's node register and pod device annotations, so
-both kinds of GPU appear on one view. Each share says who holds it to its
+both kinds of GPU appear on one view. A card a mixed node serves both ways (a
+slice device and a register entry with one uuid) is one GPU with both modes'
+holders, so the bar shows everything the card holds. Each share says who holds it to its
 memory and cores (`enforced_by`) and whether they hold: for an NVIDIA card
 HAMi-core, off where an opt-out is in effect (`enforcement.py` has the rules);
 for another family what `dra_vendors` says of it: the vendor's runtime (an
@@ -38,6 +40,8 @@ from dra_driver.status.enforcement import (
 
 DRA = "dra"
 LEGACY = "legacy"
+MIXED = "mixed"
+"""A GPU's mode when its node serves it both ways; each share then says its own."""
 _TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -280,6 +284,30 @@ def _add_pod_shares(gpus: Mapping[str, GpuView], pods: Iterable[Mapping[str, Any
                 )
 
 
+def merge_served_both_ways(dra: Iterable[GpuView], legacy: Iterable[GpuView]) -> list[GpuView]:
+    """Every GPU once: a legacy GPU whose (node, uuid) a slice device has joins that device.
+
+    The merged GPU keeps the slice's name, totals and vendor (the register's are used
+    only for a card no slice has), carries both modes' shares, each with its own mode,
+    and is healthy only when both views say so: a card either side cannot use is not whole.
+    """
+    merged = list(dra)
+    by_uuid: dict[tuple[str, str], GpuView] = {}
+    for gpu in merged:
+        # A uuid two slice devices claim is already a fault the status shows; the first keeps it.
+        if gpu.uuid:
+            by_uuid.setdefault((gpu.node, gpu.uuid), gpu)
+    for gpu in legacy:
+        card = by_uuid.get((gpu.node, gpu.uuid))
+        if card is None:
+            merged.append(gpu)
+            continue
+        card.mode = MIXED
+        card.healthy = card.healthy and gpu.healthy
+        card.shares.extend(gpu.shares)
+    return merged
+
+
 def claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Pods that reference the claim, by name or through a template-generated status entry."""
     name, namespace = _meta(claim).get("name"), _meta(claim).get("namespace")
@@ -362,7 +390,8 @@ def build_status(
     _add_claim_shares(dra, claims, driver, events)
     legacy = _legacy_gpus(nodes)
     _add_pod_shares(legacy, pods)
-    gpus = sorted([*dra.values(), *legacy.values()], key=lambda g: (g.node, g.mode, g.device))
+    merged = merge_served_both_ways(dra.values(), legacy.values())
+    gpus = sorted(merged, key=lambda g: (g.node, g.mode, g.device))
     if only.node:
         gpus = [gpu for gpu in gpus if gpu.node == only.node]
     if only.namespace:

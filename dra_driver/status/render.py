@@ -6,6 +6,8 @@ and why: a reader sizing a card must see which shares are accounting only. A
 share not enforced by HAMi-core (another vendor's card) is tagged with who
 enforces it instead (`[Ascend runtime (vNPU template)]`, `[accounting only]`),
 so "enforced" is never read in libvgpu's sense where libvgpu is not there.
+On a card served both ways (`mixed`) each holder says its mode, `(dra)` or
+`(legacy)`: one bar, and the reader still sees which allocator gave what.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dra_driver.objects.dra_vendors import LIBVGPU
-from dra_driver.status.model import ClusterStatus, GpuView, ShareView
+from dra_driver.status.model import MIXED, ClusterStatus, GpuView, ShareView
 
 GIB = 1 << 30
 BAR_WIDTH = 20
@@ -49,6 +51,8 @@ def _holders(gpu: GpuView) -> Text:
             lines.append("\n")
         pods = ",".join(share.pods) or "-"
         lines.append(f"{share.namespace}/{share.holder}", style="bold")
+        if gpu.mode == MIXED:
+            lines.append(f" ({share.mode})")
         if share.enforced_by != LIBVGPU:
             lines.append(f" [{share.enforced_by}]", style="yellow" if share.enforced else "red")
         elif not share.enforced:
