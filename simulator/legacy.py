@@ -102,14 +102,30 @@ async def _start_node(
     base = root / name
     base.mkdir(parents=True)
     (base / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(settings.shape, node.index)))
+    await register_node(await identities.client(kubelet(name)), name)
+    return await start_device_plugin(stack, identities, settings, name, base)
+
+
+async def start_device_plugin(
+    stack: AsyncExitStack,
+    identities: Identities,
+    settings: SimulationSettings,
+    name: str,
+    base: Path,
+    *,
+    mixed_mode: bool = False,
+) -> KubeletDevicePlugin:
+    """The device plugin of registered node `name` over the mock GPUs in `base/gpus.yaml`,
+    under its kubelet's device-plugin stand-in; kubelet's allocatable reported.
+    `mixed_mode`: a kubelet plugin serves the same GPUs, Allocate counts its claims."""
     node_client = await identities.client(kubelet(name))
-    await register_node(node_client, name)
     plugin_settings = DevicePluginSettings(
         node_name=name,
         plugin_dir=base / "dp",
         sharing=SliceSettings(split_count=settings.shape.split_count),
         mock_gpus=base / "gpus.yaml",
         libvgpu=install_libvgpu_files(base),
+        mixed_mode=mixed_mode,
     )
     kubelet_stand_in = await stack.enter_async_context(
         KubeletDevicePlugin(plugin_settings.plugin_dir)
@@ -181,6 +197,9 @@ class LegacyCluster:
                     cdi_devices=[],
                     env=dict(sorted(response.envs.items())),
                     mounts={m.container_path: m.host_path for m in response.mounts},
+                    read_only_mounts=sorted(
+                        m.container_path for m in response.mounts if m.read_only
+                    ),
                 )
         else:
             await self.vendor_plugins[cycle.node].allocate(namespace, name)
@@ -221,11 +240,17 @@ class LegacyTarget:
         return await post_call(f"{self.cluster.base_url}{call.path}", arguments, context, token)
 
 
-async def _start_scheduler(
-    stack: AsyncExitStack, identities: Identities, tls: LegacyTLS, nodes: set[str]
+async def start_scheduler(
+    stack: AsyncExitStack,
+    identities: Identities,
+    tls: LegacyTLS,
+    nodes: set[str],
+    *,
+    mixed_mode: bool = False,
 ) -> str:
     """The legacy scheduler as deploy/ runs it (its device config, every vendor switch
-    on); its https base URL once it has read every node's devices."""
+    on; `mixed_mode`: counting DRA claims too); its https base URL once it has read
+    every node's devices."""
     client = await identities.client(LEGACY_SCHEDULER)
     callers = CallerAuthSettings(
         allowed_callers=frozenset({KUBE_SCHEDULER_CLIENT_NAME}), open_webhook=True
@@ -238,7 +263,10 @@ async def _start_scheduler(
         client_cas=(tls.ca,),
     )
     settings = LegacySettings(
-        device_config=device_config(), caller_auth=callers, enabled_vendor_flags=ENABLED_FLAGS
+        device_config=device_config(),
+        caller_auth=callers,
+        enabled_vendor_flags=ENABLED_FLAGS,
+        mixed_mode=mixed_mode,
     )
     legacy = LegacyServer(client, settings, serve)
     await stack.enter_async_context(legacy)
@@ -282,7 +310,7 @@ async def simulate_legacy(
                 )
             step("starting the legacy scheduler")
             tls = write_legacy_tls(root / "tls")
-            base = await _start_scheduler(
+            base = await start_scheduler(
                 stack, identities, tls, set(kubelets) | set(vendor_plugins)
             )
             webhook = await stack.enter_async_context(

@@ -40,6 +40,8 @@ class ContainerReport:
     env: dict[str, str] = field(default_factory=dict)
     mounts: dict[str, str] = field(default_factory=dict)
     """Container path -> host path."""
+    read_only_mounts: list[str] = field(default_factory=list)
+    """The container paths mounted read-only (a tenant cannot replace the library there)."""
 
 
 @dataclass
@@ -118,6 +120,7 @@ class SimulationReport:
                             "cdiDevices": container.cdi_devices,
                             "env": container.env,
                             "mounts": container.mounts,
+                            "readOnlyMounts": container.read_only_mounts,
                         }
                         for name, container in pod.containers.items()
                     },
@@ -148,6 +151,7 @@ def container_report(cdi_ids: Sequence[str], registry: Mapping[str, SpecDevice])
         cdi_devices=list(cdi_ids),
         env=dict(sorted(edits.env.items())),
         mounts={target: mount.host_path for target, mount in edits.mounts.items()},
+        read_only_mounts=sorted(t for t, mount in edits.mounts.items() if "ro" in mount.options),
     )
 
 
