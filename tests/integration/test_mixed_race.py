@@ -238,7 +238,7 @@ def start_signal(
         holder = read_lock(NODE, annotations.get(NODE_LOCK))
         return holder is not None and (holder.namespace, holder.pod) == (NS, claim)
 
-    if variant == 1:
+    if variant == 1 and ctl.settings.mixed_mode:  # outside mixed mode it takes no lock
         return asyncio.ensure_future(c.nodes.wait_for(locked))
     if variant == 2:
         return asyncio.ensure_future(ctl.view.claims.wait_for(lambda store: key in store))
