@@ -30,11 +30,12 @@ def register(commands: Subcommands) -> None:
     )
     simulate.add_argument(
         "--mode",
-        choices=("dra", "dra-scheduler-allocated", "legacy"),
+        choices=("dra", "dra-scheduler-allocated", "legacy", "mixed"),
         env="SIMULATE_MODE",
         default="dra",
         help="dra: the controller allocates; dra-scheduler-allocated: "
-        "kube-scheduler does; legacy: device-plugin path",
+        "kube-scheduler does; legacy: device-plugin path; mixed: both on the same NVIDIA "
+        "GPUs (--mixed-mode on every component, /migrate for opted-in namespaces)",
     )
     simulate.add_argument(
         "--scenario",
@@ -60,7 +61,7 @@ def register(commands: Subcommands) -> None:
         "iluvatar, metax, mthreads, gcu, xpu, neuron, amd, vastai, biren), in DRA modes each "
         "selected by its DeviceClass <vendor>.vgpu.hami.io, in legacy mode each served by "
         "HAMi's backend for it (a stand-in playing the vendor's own device plugin); default: "
-        "every one of them",
+        "every one of them (mixed mode: nvidia, the family served both ways)",
     )
     simulate.add_argument(
         "--vendor-nodes",
@@ -109,11 +110,13 @@ def _simulate(args: argparse.Namespace) -> int:
     from simulator.run import run_simulation
     from simulator.settings import DEFAULT_VENDORS, ClusterShape, Mode, SimulationSettings
 
+    mode = Mode(args.mode)
+    default_vendors = ("nvidia",) if mode is Mode.MIXED else DEFAULT_VENDORS
     settings = SimulationSettings(
-        mode=Mode(args.mode),
+        mode=mode,
         shape=ClusterShape(
             nodes=args.nodes,
-            vendors=args.vendors or DEFAULT_VENDORS,
+            vendors=args.vendors or default_vendors,
             vendor_nodes=args.vendor_nodes,
             gpus_per_node=args.gpus_per_node,
         ),

@@ -5,6 +5,8 @@ controller allocates them, the kube-scheduler stand-in places each pod on its
 claims' node and reserves them, and the kubelet stand-ins prepare the claims
 over the plugins' sockets. In the scheduler-allocated mode there is no
 controller and the kube-scheduler stand-in allocates from consumable capacity.
+The mixed mode is the controller-allocated one with `--mixed-mode` on the
+controller and the NVIDIA nodes' plugins (`simulator.mixed` adds the legacy half).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class DraCluster:
     """What is running; `nodes` in order, for the report. `client` is the administrator's
     (workloads, the report); each component runs as its own identity."""
 
+    server: APIServer
     client: KubeClient
     identities: Identities
     nodes: list[SimNode] = field(default_factory=list)
@@ -62,7 +65,7 @@ async def dra_cluster(
     async with APIServer() as server:
         client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
         identities = Identities(server, root / "identities")
-        cluster = DraCluster(client, identities)
+        cluster = DraCluster(server, client, identities)
         tasks: list[asyncio.Task[None]] = []
         stop = asyncio.Event()
         sync_client = sync_config.new_client_from_config(
@@ -75,7 +78,8 @@ async def dra_cluster(
             await install_policies(client, settings.mode.value)
             for device_class in device_classes():
                 await client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
-            controller_allocated = settings.mode is Mode.DRA
+            controller_allocated = settings.mode in (Mode.DRA, Mode.MIXED)
+            mixed = settings.mode is Mode.MIXED
             for family_node in settings.shape.family_nodes():
                 step(f"starting kubelet plugin on {family_node.name}")
                 node = await start_node(
@@ -84,6 +88,7 @@ async def dra_cluster(
                     family_node,
                     root / family_node.name,
                     controller_allocated=controller_allocated,
+                    mixed_mode=mixed and family_node.vendor == "nvidia",
                 )
                 cluster.nodes.append(node)
             await templates.start()
@@ -110,6 +115,7 @@ async def dra_cluster(
                         gpu_policy=settings.gpu_policy,
                         node_policy=settings.node_policy,
                         retry_initial_s=CONTROLLER_RETRY_S,
+                        mixed_mode=mixed,
                     ),
                     ControllerMetrics(CollectorRegistry()),
                     recorder,

@@ -147,9 +147,11 @@ async def start_node(
     root: Path,
     *,
     controller_allocated: bool,
+    mixed_mode: bool = False,
 ) -> SimNode:
     """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`,
-    each under the identity deploy/ gives it (the plugin's token bound to the node)."""
+    each under the identity deploy/ gives it (the plugin's token bound to the node);
+    `mixed_mode`: the plugin also counts the node's legacy pods when it prepares."""
     name = node.name
     root.mkdir(parents=True)
     (root / "gpus.yaml").write_text(yaml.safe_dump(family_gpu_file(shape, node)))
@@ -166,6 +168,7 @@ async def start_node(
         boot_id_file=root / "boot_id",
         mock_gpus=root / "gpus.yaml",
         libvgpu=install_libvgpu_files(root),
+        mixed_mode=mixed_mode,
     )
     node_client = await identities.client(kubelet(name))
     await register_node(node_client, name)

@@ -26,6 +26,10 @@ COLLECTIONS = {
 }
 """Policies before bindings: a binding of a policy not yet stored binds nothing."""
 KUSTOMIZATION = "kustomization.yaml"
+MIXED = "mixed"
+MIXED_PARTS = ("overlays/dra", "overlays/legacy", "components/mixed")
+"""deploy/ has no mixed overlay: components/mixed is applied with both overlays' components,
+so the mixed simulation installs what those three pull in (base once)."""
 
 
 def overlay(mode: str) -> Path:
@@ -54,11 +58,19 @@ def _manifest_files(directory: Path, seen: set[Path]) -> Iterator[Path]:
             yield path
 
 
+def _mode_parts(mode: str) -> list[Path]:
+    if mode == MIXED:
+        return [DEPLOY / part for part in MIXED_PARTS]
+    return [overlay(mode)]
+
+
 def admission_policies(mode: str) -> list[dict[str, Any]]:
     """The mode's policies, then their bindings, in the order the files list them."""
+    seen: set[Path] = set()
     documents = [
         document
-        for path in _manifest_files(overlay(mode), set())
+        for part in _mode_parts(mode)
+        for path in _manifest_files(part, seen)
         for document in read_yaml_documents(path)
         if isinstance(document, dict) and document.get("kind") in COLLECTIONS
     ]

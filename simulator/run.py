@@ -77,7 +77,7 @@ class DraTarget:
         key = (namespace, body["metadata"]["name"])
         deadline = time.monotonic() + self.timeout_s
         while True:
-            ((stored, reason, allocated),) = await _pods_and_reasons(self.admin, {key})
+            ((stored, reason, allocated),) = await pods_and_reasons(self.admin, {key})
             prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
             failed = any(record is not None and record.error for record in prepared)
             # Until its template's claims exist, a pod's reason is only that it waits for them.
@@ -93,7 +93,7 @@ class DraTarget:
         raise InvalidParameterError("spec.call", "DRA mode runs no legacy scheduler to call")
 
 
-async def _pods_and_reasons(
+async def pods_and_reasons(
     client: KubeClient, names: set[tuple[str, str]]
 ) -> list[tuple[dict[str, Any], str, bool]]:
     """Each pod, why it waits (if it does), and whether any of its claims is allocated."""
@@ -122,7 +122,7 @@ async def wait_settled(
     """Until every pod runs or has a reason not to, or the timeout; the last view either way."""
     deadline = time.monotonic() + timeout_s
     while True:
-        view = await _pods_and_reasons(client, names)
+        view = await pods_and_reasons(client, names)
         settled = sum(_settled(*entry) for entry in view)
         on_progress(settled, len(names))
         if settled == len(names) or time.monotonic() >= deadline:
@@ -198,6 +198,10 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
         from simulator.legacy import simulate_legacy
 
         simulation = simulate_legacy
+    elif settings.mode is Mode.MIXED:
+        from simulator.mixed import simulate_mixed
+
+        simulation = simulate_mixed
     else:
         simulation = simulate
     scenario = load_scenario(

@@ -21,6 +21,9 @@ class Mode(StrEnum):
     """kube-scheduler allocates from consumable capacity; no controller."""
     LEGACY = "legacy"
     """Device-plugin path: webhook, extender /filter and /bind, device plugin Allocate."""
+    MIXED = "mixed"
+    """Both on the same NVIDIA GPUs (`--mixed-mode` everywhere): claims through the
+    controller, legacy pods through the extender, opted-in namespaces through `/migrate`."""
 
 
 DEFAULT_VENDORS = (
@@ -103,7 +106,7 @@ def work_root(settings: SimulationSettings) -> Iterator[Path]:
 
 def default_scenario(mode: Mode) -> tuple[Path, ...]:
     """The bundled examples of the mode's kind of workload."""
-    folder = EXAMPLES / ("legacy" if mode is Mode.LEGACY else "dra")
+    folder = EXAMPLES / {Mode.LEGACY: "legacy", Mode.MIXED: "mixed"}.get(mode, "dra")
     return tuple(sorted(folder.glob("*.yaml")))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
-from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError
+from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
 from dra_driver.process.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -113,11 +113,22 @@ class ClaimTemplateController:
     async def _work(self) -> None:
         while True:
             key = await self._queue.get()
-            pod = self.pods.get(key)
-            if pod is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            cached = self.pods.get(key)
+            if cached is None:
                 continue
             try:
+                # Read afresh: a key queued twice (created, then changed) would otherwise
+                # meet a cache without the claim statuses the first pass wrote, and make
+                # the claims again.
+                meta = cached["metadata"]
+                pod = await self.client.get(
+                    object_path(f"/api/v1/namespaces/{meta['namespace']}/pods", meta["name"])
+                )
+                if (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
                 await self._make_claims(pod)
+            except NotFoundError:
+                continue
             except DriverError as error:
                 log.warning("claim from template failed", extra={"pod": key, "error": str(error)})
 
