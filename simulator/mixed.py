@@ -49,7 +49,7 @@ from simulator.standins.scheduler_extender import (
     SchedulerExtenderClient,
 )
 from simulator.tamper import run_attempts
-from simulator.workloads import Scenario, Workload, apply_workloads
+from simulator.workloads import Scenario, apply_workloads
 
 MIGRATE_WEBHOOK = "namespace.migrate.vgpu.hami.io"
 """The name deploy/components/migration gives the `/migrate` entry (shown in its refusals)."""
@@ -112,19 +112,15 @@ async def _legacy_half(
     return legacy, migrate
 
 
-async def _admitted(
-    legacy: LegacyCluster, migrate: AdmissionClient, workload: Workload, namespace: str
+async def _review(
+    client: AdmissionClient, legacy: LegacyCluster, body: dict[str, Any], namespace: str
 ) -> tuple[dict[str, Any] | None, str]:
-    """The pod as `/migrate` then `/webhook` leave it, or None and the refusal."""
-    body = {**workload.body, "metadata": {**(workload.body.get("metadata") or {})}}
-    body["metadata"]["namespace"] = namespace
-    user = legacy.user_info(None)
-    for client in (migrate, legacy.webhook):
-        review = await client.review(client.build_review(body, namespace=namespace, user_info=user))
-        if not review.allowed or review.object is None:
-            return None, (review.status or {}).get("message", "webhook denied")
-        body = review.object
-    return body, ""
+    """The pod as the webhook leaves it (as the administrator made it), or None and why not."""
+    built = client.build_review(body, namespace=namespace, user_info=legacy.user_info(None))
+    review = await client.review(built)
+    if not review.allowed or review.object is None:
+        return None, (review.status or {}).get("message", "webhook denied")
+    return review.object, ""
 
 
 REFUSED_BY_CONTROLLER = (f"{FILTERING_FAILED}:", f"{INVALID_PARAMETERS}:")
@@ -177,14 +173,22 @@ async def simulate_mixed(
             for workload in (w for w in workloads if w.kind == "Pod"):
                 step(f"admitting pod {workload.name}")
                 namespace = workload.namespace or settings.namespace
-                body, refusal = await _admitted(legacy, migrate, workload, namespace)
+                body: dict[str, Any] | None = {
+                    **workload.body,
+                    "metadata": {**(workload.body.get("metadata") or {}), "namespace": namespace},
+                }
+                body, refusal = await _review(migrate, legacy, body, namespace)
+                if body is not None and container_requests(body):
+                    # Still HAMi's: /webhook and the rest come with the legacy placement.
+                    legacy_pods.append((namespace, body))
+                    continue
+                if body is not None:
+                    body, refusal = await _review(legacy.webhook, legacy, body, namespace)
                 if body is None:
                     pods.append(PodReport(namespace, workload.name, "", "Pending", reason=refusal))
-                elif container_requests(body):
-                    legacy_pods.append((namespace, workload.body))
-                else:
-                    await cluster.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
-                    dra_names.add((namespace, workload.name))
+                    continue
+                await cluster.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
+                dra_names.add((namespace, workload.name))
 
             view = await _wait_claims_settled(cluster.client, dra_names, settings, step)
             for namespace, pod in legacy_pods:
