@@ -43,6 +43,9 @@ COLLECTIONS = {
 }
 PIPED_WIDTH = 160
 CONFIG_MAP_KEY = "device-config.yaml"
+DEPLOYED_CONFIG_MAP = "/api/v1/namespaces/vgpu-system/configmaps/vgpu-scheduler-device"
+"""The device config deploy/ gives the legacy scheduler: what the plan reads by default, so
+it sees the vendors the cluster's scheduler serves."""
 
 
 def register(commands: Subcommands) -> None:
@@ -64,7 +67,8 @@ def register(commands: Subcommands) -> None:
         "--device-config-file",
         type=Path,
         env="DEVICE_CONFIG_FILE",
-        help="HAMi device-config.yaml, or the ConfigMap holding it (default: HAMi's defaults)",
+        help="HAMi device-config.yaml, or the ConfigMap holding it (default: the cluster's "
+        "vgpu-system/vgpu-scheduler-device ConfigMap, else HAMi's defaults)",
     )
     plan.add_argument(
         "--kubeconfig",
@@ -86,16 +90,35 @@ def load_backends(path: Path | None) -> BackendRegistry:
         raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
     except yaml.YAMLError as error:
         raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
+    return backends_from_document(document, str(path))
+
+
+def backends_from_document(document: Any, where: str) -> BackendRegistry:
+    """The vendors of a device-config document, or of the ConfigMap that holds one."""
     if isinstance(document, dict) and document.get("kind") == "ConfigMap":
         inner = (document.get("data") or {}).get(CONFIG_MAP_KEY)
         if inner is None:
-            raise InvalidParameterError(f"{path}: data", f"has no {CONFIG_MAP_KEY} key")
-        document = yaml.safe_load(inner)
-    return build_backends(read_sections(document, str(path)), ENABLE_FLAGS)
+            raise InvalidParameterError(f"{where}: data", f"has no {CONFIG_MAP_KEY} key")
+        try:
+            document = yaml.safe_load(inner)
+        except yaml.YAMLError as error:
+            raise InvalidParameterError(f"{where}: data", f"not valid YAML: {error}") from None
+    return build_backends(read_sections(document, where), ENABLE_FLAGS)
+
+
+async def deployed_backends(client: KubeClient) -> BackendRegistry | None:
+    """The vendors of the deployed scheduler's device config, None when it is not there."""
+    from dra_driver.kube.rest import NotFoundError
+
+    try:
+        config_map = await client.get(DEPLOYED_CONFIG_MAP)
+    except NotFoundError:
+        return None
+    return backends_from_document(config_map, DEPLOYED_CONFIG_MAP)
 
 
 def _plan(args: argparse.Namespace) -> int:
-    backends = load_backends(args.device_config_file)
+    backends = None if args.device_config_file is None else load_backends(args.device_config_file)
     return asyncio.run(run_plan(args.kubeconfig, backends, args.namespace, args.output))
 
 
@@ -124,14 +147,24 @@ async def fetch_plan(
 
 
 async def run_plan(
-    kubeconfig: Path | None, backends: BackendRegistry, namespace: str | None, output: str
+    kubeconfig: Path | None, backends: BackendRegistry | None, namespace: str | None, output: str
 ) -> int:
+    """`backends` None: the deployed device config's vendors, else HAMi's defaults (said
+    on stderr, since vendors missing from the defaults are then not planned)."""
     from rich.console import Console
 
     from dra_driver.kube.rest import KubeClient
 
     client = await KubeClient.from_kubeconfig(kubeconfig)
     try:
+        if backends is None:
+            backends = await deployed_backends(client)
+        if backends is None:
+            sys.stderr.write(
+                f"no {DEPLOYED_CONFIG_MAP.rsplit('/', 1)[-1]} ConfigMap in vgpu-system: planning "
+                "with HAMi's default device config (pass --device-config-file for yours)\n"
+            )
+            backends = load_backends(None)
         plans = await fetch_plan(client, backends, namespace)
     finally:
         await client.aclose()

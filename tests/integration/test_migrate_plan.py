@@ -94,3 +94,29 @@ def test_text_plan_shows_classes_and_reasons(
     assert "nvidia.vgpu.hami.io 1x 100% cores" in text
     assert "not migrated" in text
     assert "no DRA DeviceClass" in text
+
+
+DEPLOYED = Path(__file__).resolve().parents[2] / "deploy/components/legacy/device-config.yaml"
+
+
+def test_without_a_file_the_plan_reads_the_deployed_device_config(
+    api: ApiClient, kubeconfig: Path, ns: str, capsys
+) -> None:
+    """HAMi's defaults have no Biren section: a Biren pod is planned only because the plan
+    read the cluster's own vgpu-scheduler-device ConfigMap, as the scheduler does."""
+    core = client.CoreV1Api(api)
+    core.create_namespaced_pod(ns, _example("biren-whole-card.yaml"))
+    argv = ["migrate", "plan", "--kubeconfig", str(kubeconfig), "-o", "json", "--namespace", ns]
+
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == []
+    assert "planning with HAMi's default device config" in captured.err
+
+    deployed = yaml.safe_load(DEPLOYED.read_text())
+    if "vgpu-system" not in {n.metadata.name for n in core.list_namespace().items}:
+        core.create_namespace({"metadata": {"name": "vgpu-system"}})
+    core.create_namespaced_config_map("vgpu-system", deployed)
+    assert main(argv) == 0
+    (biren,) = json.loads(capsys.readouterr().out)
+    assert [r["deviceClass"] for r in biren["requests"]] == ["biren.vgpu.hami.io"]
