@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +33,7 @@ from dra_driver.engine.fit import (
     uuid_allowed,
 )
 from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
@@ -209,16 +209,7 @@ def amd_adapter(config: AMDConfig) -> VendorAdapter:
         default_cores=WHOLE_CARD_PERCENT,
         fit=fit_amd,
     )
-
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        return read_amd_request(adapter, container, annotations, where, dropped)
-
-    return replace(adapter, read_request=read)
+    return reading_with(adapter, read_amd_request)
 
 
 class AMDBackend(VendorBackend):

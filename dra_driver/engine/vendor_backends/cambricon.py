@@ -18,15 +18,15 @@ of the first container that has one, which Cambricon's device plugin reads.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.engine.fit import ContainerGrants
 from dra_driver.engine.model import Device
-from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import (
     NO_PATCH_CONTEXT,
     BackendFamily,
@@ -100,18 +100,7 @@ def adapter(config: CambriconConfig) -> VendorAdapter:
         default_count=0,
         default_cores=CORES_PER_CARD,
     )
-
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        return read_sized_request(
-            vendor, container, annotations, where, dropped, default_cores=CORES_PER_CARD
-        )
-
-    return replace(vendor, read_request=read)
+    return reading_with(vendor, partial(read_sized_request, default_cores=CORES_PER_CARD))
 
 
 class CambriconBackend(VendorBackend):

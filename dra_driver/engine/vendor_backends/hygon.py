@@ -15,13 +15,13 @@ reading (`read_dcu_request`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, resource_value
 from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
@@ -147,16 +147,7 @@ def dcu_adapter(config: HygonConfig) -> VendorAdapter:
         default_count=0,
         default_cores=DEFAULT_CORES,
     )
-
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        return read_dcu_request(adapter, container, annotations, where, dropped)
-
-    return replace(adapter, read_request=read)
+    return reading_with(adapter, read_dcu_request)
 
 
 class HygonBackend(VendorBackend):

@@ -16,14 +16,14 @@ sets the core limit to 100 per card, and a named container gets
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
@@ -91,16 +91,7 @@ def chip_adapter(chip: IluvatarChip) -> VendorAdapter:
         memory_factor=MEMORY_FACTOR,
         default_count=0,
     )
-
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        return read_sized_request(adapter, container, annotations, where, dropped, default_cores=0)
-
-    return replace(adapter, read_request=read)
+    return reading_with(adapter, partial(read_sized_request, default_cores=0))
 
 
 def _rounded_up(raw: Any) -> int:

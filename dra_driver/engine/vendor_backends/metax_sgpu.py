@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
@@ -32,6 +31,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, Grant
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import (
     NO_MUTATION,
     NO_PATCH_CONTEXT,
@@ -203,16 +203,7 @@ def sgpu_adapter(config: MetaxSgpuConfig) -> VendorAdapter:
         fit=fit_sgpu,
         usage_score=partial(sgpu_score, topology_default=config.topology_aware),
     )
-
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        return read_sgpu_request(adapter, container, annotations, where, dropped)
-
-    return replace(adapter, read_request=read)
+    return reading_with(adapter, read_sgpu_request)
 
 
 class RegisterError(ValueError):

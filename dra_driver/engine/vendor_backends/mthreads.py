@@ -31,6 +31,7 @@ from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.fit import ContainerGrants, fit_request
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import reading_with
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_PATCH_CONTEXT,
@@ -114,27 +115,27 @@ def adapter(config: MthreadsConfig) -> VendorAdapter:
         ),
         memory_factor=MEMORY_FACTOR,
         default_count=0,
+        fit=partial(fit_request, custom_rule=one_card_per_pod),
     )
+    return reading_with(vendor, read_mthreads_request)
 
-    def read(
-        container: Mapping[str, Any],
-        annotations: Mapping[str, str],
-        where: str,
-        dropped: list[str] | None,
-    ) -> DeviceRequest | None:
-        request = read_sized_request(
-            vendor, container, annotations, where, dropped, default_cores=0
-        )
-        if request is None or request.count > INT32_MAX:
-            return None
-        return replace(
-            request,
-            memory_mib=request.memory_mib // request.count,
-            cores=int(request.cores / request.count),
-        )
 
+def read_mthreads_request(
+    vendor: VendorAdapter,
+    container: Mapping[str, Any],
+    annotations: Mapping[str, str],
+    where: str,
+    dropped: list[str] | None,
+) -> DeviceRequest | None:
+    """The sized reading, the memory and cores then split evenly over the count
+    (HAMi asks each card for its share); a count beyond int32 asks nothing."""
+    request = read_sized_request(vendor, container, annotations, where, dropped, default_cores=0)
+    if request is None or request.count > INT32_MAX:
+        return None
     return replace(
-        vendor, read_request=read, fit=partial(fit_request, custom_rule=one_card_per_pod)
+        request,
+        memory_mib=request.memory_mib // request.count,
+        cores=int(request.cores / request.count),
     )
 
 
