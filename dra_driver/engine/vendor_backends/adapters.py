@@ -34,16 +34,17 @@ def vendor_resources(count: str, memory: str = "", cores: str = "") -> ResourceN
 
 def vendor_keys(
     *,
-    use_uuids: str,
-    no_use_uuids: str,
     to_allocate: str,
     allocated: str,
+    use_uuids: str = "",
+    no_use_uuids: str = "",
     use_types: str = "",
     no_use_types: str = "",
     mode: str | None = None,
 ) -> AnnotationKeys:
-    """A vendor's pod annotation keys; no vendor but NVIDIA has a NUMA-bind key, and
-    most have neither type filters nor a mode key."""
+    """A vendor's pod annotation keys (empty: the vendor has none of that kind); no
+    vendor but NVIDIA has a NUMA-bind key, and most have neither type filters nor
+    a mode key."""
     return AnnotationKeys(
         use_types=use_types,
         no_use_types=no_use_types,

@@ -33,7 +33,7 @@ from dra_driver.engine.fit import (
     uuid_allowed,
 )
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
@@ -42,7 +42,7 @@ from dra_driver.engine.vendor_backends.base import (
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 
@@ -189,21 +189,16 @@ def amd_adapter(config: AMDConfig) -> VendorAdapter:
     adapter = VendorAdapter(
         name=AMD,
         common_word=AMD,
-        resources=ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name,
-            memory_percentage="",
-            cores=config.resource_core_name,
+        resources=vendor_resources(
+            config.resource_count_name, config.resource_memory_name, config.resource_core_name
         ),
-        annotations=AnnotationKeys(
-            use_types=USE_TYPE,
-            no_use_types=NO_USE_TYPE,
+        annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate=TO_ALLOCATE,
-            devices_allocated=ALLOCATED,
+            to_allocate=TO_ALLOCATE,
+            allocated=ALLOCATED,
+            use_types=USE_TYPE,
+            no_use_types=NO_USE_TYPE,
         ),
         default_count=0,
         default_cores=WHOLE_CARD_PERCENT,

@@ -45,6 +45,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import FULL_CARD_CORES, ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import chip_keys, vendor_resources
 from dra_driver.engine.vendor_backends.ascend_chips import (
     HAMI_DEFAULT_SECTION,
     INT32_MAX,
@@ -61,7 +62,7 @@ from dra_driver.engine.vendor_backends.base import (
     annotations_of,
     engine_device,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 
@@ -128,22 +129,10 @@ class AscendBackend(VendorBackend):
         adapter = ChipAdapter(
             name=word,
             common_word=word,
-            resources=ResourceNames(
-                count=chip.resource_name,
-                memory=chip.resource_memory_name,
-                memory_percentage="",
-                cores=chip.resource_core_name,
+            resources=vendor_resources(
+                chip.resource_name, chip.resource_memory_name, chip.resource_core_name
             ),
-            annotations=AnnotationKeys(
-                use_types="",
-                no_use_types="",
-                use_uuids=f"hami.io/use-{word}-uuid",
-                no_use_uuids=f"hami.io/no-use-{word}-uuid",
-                numa_bind=None,
-                mode=VNPU_MODE,
-                devices_to_allocate=f"hami.io/{word}-devices-to-allocate",
-                devices_allocated=f"hami.io/{word}-devices-allocated",
-            ),
+            annotations=chip_keys(word, mode=VNPU_MODE),
             memory_factor=max(chip.memory_factor, 1),
             default_count=0,
             read_request=self.read_request,

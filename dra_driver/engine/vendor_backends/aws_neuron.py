@@ -25,6 +25,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -36,7 +37,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
 NEURON_TYPE = "AWSNeuron"
@@ -239,18 +240,12 @@ class AwsNeuronBackend(VendorBackend):
         adapter = VendorAdapter(
             name=NEURON_TYPE,
             common_word=NEURON_TYPE,
-            resources=ResourceNames(
-                count=DEVICE_RESOURCE, memory="", memory_percentage="", cores=CORE_RESOURCE
-            ),
-            annotations=AnnotationKeys(
-                use_types="",
-                no_use_types="",
+            resources=vendor_resources(DEVICE_RESOURCE, cores=CORE_RESOURCE),
+            annotations=vendor_keys(
                 use_uuids=USE_UUID,
                 no_use_uuids=NO_USE_UUID,
-                numa_bind=None,
-                mode=None,
-                devices_to_allocate="",
-                devices_allocated=ALLOCATED,
+                to_allocate="",
+                allocated=ALLOCATED,
             ),
             read_request=self.rules.read_request,
             fit=self.rules.fit,

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.engine.fit import ContainerGrants
 from dra_driver.engine.model import Device
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_PATCH_CONTEXT,
     BackendFamily,
@@ -38,7 +38,7 @@ from dra_driver.engine.vendor_backends.base import (
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.reading import read_sized_request
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 MLU = "MLU"
 """HAMi's request Type and common word for Cambricon MLUs."""
@@ -80,21 +80,14 @@ def adapter(config: CambriconConfig) -> VendorAdapter:
     vendor = VendorAdapter(
         name=MLU,
         common_word=MLU,
-        resources=ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name,
-            memory_percentage="",
-            cores=config.resource_core_name,
+        resources=vendor_resources(
+            config.resource_count_name, config.resource_memory_name, config.resource_core_name
         ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
+        annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate="hami.io/cambricon-mlu-devices-to-allocate",
-            devices_allocated="hami.io/cambricon-mlu-devices-allocated",
+            to_allocate="hami.io/cambricon-mlu-devices-to-allocate",
+            allocated="hami.io/cambricon-mlu-devices-allocated",
         ),
         memory_factor=MEMORY_FACTOR,
         default_count=0,

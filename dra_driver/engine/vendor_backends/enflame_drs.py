@@ -29,6 +29,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -40,7 +41,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     annotations_of,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
 DRS_TYPE = "Enflame"
@@ -229,18 +230,12 @@ def drs_request(
 DRS = VendorAdapter(
     name=DRS_TYPE,
     common_word=DRS_TYPE,
-    resources=ResourceNames(
-        count=SLICE_RESOURCE, memory=MEMORY_RESOURCE, memory_percentage="", cores=CORE_RESOURCE
-    ),
-    annotations=AnnotationKeys(
-        use_types="",
-        no_use_types="",
+    resources=vendor_resources(SLICE_RESOURCE, MEMORY_RESOURCE, CORE_RESOURCE),
+    annotations=vendor_keys(
         use_uuids=USE_UUID,
         no_use_uuids=NO_USE_UUID,
-        numa_bind=None,
-        mode=None,
-        devices_to_allocate="",
-        devices_allocated=ALLOCATED,
+        to_allocate="",
+        allocated=ALLOCATED,
     ),
     read_request=drs_request,
     fit=drs_fit,

@@ -23,6 +23,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     BackendFamily,
@@ -30,7 +31,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 GCU = "GCU"
 CARD_SIZE = 100
@@ -78,18 +79,10 @@ def adapter(config: EnflameGcuConfig) -> VendorAdapter:
     return VendorAdapter(
         name=GCU,
         common_word=GCU,
-        resources=ResourceNames(
-            count=config.resource_name_gcu, memory="", memory_percentage="", cores=""
-        ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
-            use_uuids="",
-            no_use_uuids="",
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate="hami.io/enflame-gcu-devices-to-allocate",
-            devices_allocated="hami.io/enflame-gcu-devices-allocated",
+        resources=vendor_resources(config.resource_name_gcu),
+        annotations=vendor_keys(
+            to_allocate="hami.io/enflame-gcu-devices-to-allocate",
+            allocated="hami.io/enflame-gcu-devices-allocated",
         ),
         default_count=0,
         default_memory_mib=CARD_SIZE,

@@ -21,10 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, resource_value
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.objects.pod_workloads import vendor_filters
 
 DCU = "DCU"
@@ -127,21 +127,16 @@ def dcu_adapter(config: HygonConfig) -> VendorAdapter:
     adapter = VendorAdapter(
         name=DCU,
         common_word=DCU,
-        resources=ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name,
-            memory_percentage="",
-            cores=config.resource_core_name,
+        resources=vendor_resources(
+            config.resource_count_name, config.resource_memory_name, config.resource_core_name
         ),
-        annotations=AnnotationKeys(
-            use_types=USE_TYPE,
-            no_use_types=NO_USE_TYPE,
+        annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate=TO_ALLOCATE,
-            devices_allocated=ALLOCATED,
+            to_allocate=TO_ALLOCATE,
+            allocated=ALLOCATED,
+            use_types=USE_TYPE,
+            no_use_types=NO_USE_TYPE,
         ),
         memory_factor=max(config.memory_factor, 1),
         default_count=0,

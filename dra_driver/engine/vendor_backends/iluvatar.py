@@ -23,14 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import chip_keys, reading_with, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
     VendorBackend,
 )
 from dra_driver.engine.vendor_backends.reading import read_sized_request
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 MEMORY_FACTOR = 256
 """One vMem unit is 256 MiB."""
@@ -72,22 +72,10 @@ def chip_adapter(chip: IluvatarChip) -> VendorAdapter:
     adapter = VendorAdapter(
         name=word,
         common_word=word,
-        resources=ResourceNames(
-            count=chip.resource_count_name,
-            memory=chip.resource_memory_name,
-            memory_percentage="",
-            cores=chip.resource_core_name,
+        resources=vendor_resources(
+            chip.resource_count_name, chip.resource_memory_name, chip.resource_core_name
         ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
-            use_uuids=f"hami.io/use-{word}-uuid",
-            no_use_uuids=f"hami.io/no-use-{word}-uuid",
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate=f"hami.io/{word}-devices-to-allocate",
-            devices_allocated=f"hami.io/{word}-devices-allocated",
-        ),
+        annotations=chip_keys(word),
         memory_factor=MEMORY_FACTOR,
         default_count=0,
     )

@@ -31,6 +31,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import ContainerRequest, DeviceFilters, DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -42,7 +43,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 WHOLE_TYPE = "kunlun"
 VXPU_TYPE = "XPU"
@@ -338,16 +339,12 @@ def whole_score(
 WHOLE = VendorAdapter(
     name=WHOLE_TYPE,
     common_word=WHOLE_TYPE,
-    resources=ResourceNames(count=WHOLE_COUNT, memory="", memory_percentage="", cores=""),
-    annotations=AnnotationKeys(
-        use_types="",
-        no_use_types="",
+    resources=vendor_resources(WHOLE_COUNT),
+    annotations=vendor_keys(
         use_uuids=USE_UUID,
         no_use_uuids=NO_USE_UUID,
-        numa_bind=None,
-        mode=None,
-        devices_to_allocate="",
-        devices_allocated=WHOLE_ALLOCATED,
+        to_allocate="",
+        allocated=WHOLE_ALLOCATED,
     ),
     read_request=whole_request,
     fit=whole_fit,
@@ -357,16 +354,12 @@ WHOLE = VendorAdapter(
 VXPU = VendorAdapter(
     name=VXPU_TYPE,
     common_word=VXPU_TYPE,
-    resources=ResourceNames(count=VXPU_COUNT, memory=VXPU_MEMORY, memory_percentage="", cores=""),
-    annotations=AnnotationKeys(
-        use_types="",
-        no_use_types="",
+    resources=vendor_resources(VXPU_COUNT, VXPU_MEMORY),
+    annotations=vendor_keys(
         use_uuids=USE_UUID,
         no_use_uuids=NO_USE_UUID,
-        numa_bind=None,
-        mode=None,
-        devices_to_allocate="hami.io/xpu-devices-to-allocate",
-        devices_allocated="hami.io/xpu-devices-allocated",
+        to_allocate="hami.io/xpu-devices-to-allocate",
+        allocated="hami.io/xpu-devices-allocated",
     ),
     read_request=vxpu_request,
     fit=vxpu_fit,

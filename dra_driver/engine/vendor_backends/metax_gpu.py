@@ -29,6 +29,7 @@ from dra_driver.engine.fit import ContainerGrants, fit_request
 from dra_driver.engine.model import Device, Node
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.engine.requests import ContainerRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     BackendFamily,
@@ -38,7 +39,7 @@ from dra_driver.engine.vendor_backends.base import (
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.mthreads import one_card_per_pod
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 METAX_GPU = "Metax-GPU"
 CARD_MEMORY_MIB = 65536
@@ -93,18 +94,10 @@ def adapter(config: MetaxConfig) -> VendorAdapter:
     return VendorAdapter(
         name=METAX_GPU,
         common_word=METAX_GPU,
-        resources=ResourceNames(
-            count=config.resource_count_name, memory="", memory_percentage="", cores=""
-        ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
-            use_uuids="",
-            no_use_uuids="",
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate="hami.io/metax-gpu-devices-to-allocate",
-            devices_allocated="hami.io/metax-gpu-devices-allocated",
+        resources=vendor_resources(config.resource_count_name),
+        annotations=vendor_keys(
+            to_allocate="hami.io/metax-gpu-devices-to-allocate",
+            allocated="hami.io/metax-gpu-devices-allocated",
         ),
         default_count=0,
         default_cores=CARD_CORES,

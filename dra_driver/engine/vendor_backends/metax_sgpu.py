@@ -31,7 +31,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, Grant
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_MUTATION,
     NO_PATCH_CONTEXT,
@@ -57,7 +57,7 @@ from dra_driver.engine.vendor_backends.metax_sgpu_fit import (
     share_tag,
 )
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 
@@ -181,21 +181,14 @@ def sgpu_adapter(config: MetaxSgpuConfig) -> VendorAdapter:
     adapter = VendorAdapter(
         name=METAX_SGPU,
         common_word=METAX_SGPU,
-        resources=ResourceNames(
-            count=config.resource_vcount_name,
-            memory=config.resource_vmemory_name,
-            memory_percentage="",
-            cores=config.resource_vcore_name,
+        resources=vendor_resources(
+            config.resource_vcount_name, config.resource_vmemory_name, config.resource_vcore_name
         ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
+        annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate=TO_ALLOCATE,
-            devices_allocated=ALLOCATED,
+            to_allocate=TO_ALLOCATE,
+            allocated=ALLOCATED,
         ),
         memory_factor=MEMORY_FACTOR,
         default_count=0,

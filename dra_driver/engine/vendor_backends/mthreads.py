@@ -31,7 +31,7 @@ from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.fit import ContainerGrants, fit_request
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with
+from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_PATCH_CONTEXT,
@@ -48,7 +48,7 @@ from dra_driver.engine.vendor_backends.reading import (
     read_sized_request,
     resource_value,
 )
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
 MTHREADS = "Mthreads"
@@ -97,21 +97,14 @@ def adapter(config: MthreadsConfig) -> VendorAdapter:
     vendor = VendorAdapter(
         name=MTHREADS,
         common_word=MTHREADS,
-        resources=ResourceNames(
-            count=config.resource_count_name,
-            memory=config.resource_memory_name,
-            memory_percentage="",
-            cores=config.resource_core_name,
+        resources=vendor_resources(
+            config.resource_count_name, config.resource_memory_name, config.resource_core_name
         ),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
+        annotations=vendor_keys(
             use_uuids="mthreads.ai/use-gpuuuid",
             no_use_uuids="mthreads.ai/nouse-gpuuuid",
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate="hami.io/mthreads-vgpu-devices-to-allocate",
-            devices_allocated="hami.io/mthreads-vgpu-devices-allocated",
+            to_allocate="hami.io/mthreads-vgpu-devices-to-allocate",
+            allocated="hami.io/mthreads-vgpu-devices-allocated",
         ),
         memory_factor=MEMORY_FACTOR,
         default_count=0,

@@ -29,8 +29,9 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot, uuid_allowed
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
+from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
-from dra_driver.engine.vendors import AnnotationKeys, ResourceNames, VendorAdapter
+from dra_driver.engine.vendors import VendorAdapter
 
 VASTAI = "Vastai"
 DEVICE_CORES = 100
@@ -148,16 +149,12 @@ def whole_device_adapter(
     return VendorAdapter(
         name=name,
         common_word=name,
-        resources=ResourceNames(count=count_resource, memory="", memory_percentage="", cores=""),
-        annotations=AnnotationKeys(
-            use_types="",
-            no_use_types="",
+        resources=vendor_resources(count_resource),
+        annotations=vendor_keys(
             use_uuids=f"{uuid_domain}/use-gpuuuid",
             no_use_uuids=f"{uuid_domain}/nouse-gpuuuid",
-            numa_bind=None,
-            mode=None,
-            devices_to_allocate=f"hami.io/{name}-devices-to-allocate",
-            devices_allocated=f"hami.io/{name}-devices-allocated",
+            to_allocate=f"hami.io/{name}-devices-to-allocate",
+            allocated=f"hami.io/{name}-devices-allocated",
         ),
         default_count=0,
         fit=fit,  # type: ignore[arg-type]
