@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import (
@@ -33,7 +31,7 @@ from dra_driver.engine.fit import (
     uuid_allowed,
 )
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
@@ -57,18 +55,9 @@ ALLOCATED = "hami.io/amd-devices-allocated"
 WHOLE_CARD_PERCENT = 100
 
 
-class AMDConfig(BaseModel):
-    """The `amd:` section (Go `AMDConfig`); a key left out is empty, as in Go."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    resource_count_name: str = Field("", alias="resourceCountName")
-    resource_memory_name: str = Field(
-        "", alias="resourceMemoryName", description="MiB per card; empty: whole cards."
-    )
-    resource_core_name: str = Field(
-        "", alias="resourceCoreName", description="Percent of each card's compute units."
-    )
+class AMDConfig(ResourceSection):
+    """The `amd:` section (Go `AMDConfig`): the memory resource is MiB per card (empty:
+    whole cards), the core resource percent of each card's compute units."""
 
 
 HAMI_DEFAULT = {"resourceCountName": "amd.com/gpu"}
@@ -189,9 +178,7 @@ def amd_adapter(config: AMDConfig) -> VendorAdapter:
     adapter = VendorAdapter(
         name=AMD,
         common_word=AMD,
-        resources=vendor_resources(
-            config.resource_count_name, config.resource_memory_name, config.resource_core_name
-        ),
+        resources=config.resources(),
         annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,

@@ -22,11 +22,9 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from dra_driver.engine.fit import ContainerGrants
 from dra_driver.engine.model import Device
-from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
     NO_PATCH_CONTEXT,
     BackendFamily,
@@ -56,14 +54,8 @@ PROFILE = "CAMBRICON_DSMLU_PROFILE"
 """Pod annotations (not env vars, despite their names) Cambricon's device plugin reads."""
 
 
-class CambriconConfig(BaseModel):
-    """The `cambricon:` section (Go `CambriconConfig`); a key left out is empty, as in Go."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    resource_count_name: str = Field("", alias="resourceCountName")
-    resource_memory_name: str = Field("", alias="resourceMemoryName")
-    resource_core_name: str = Field("", alias="resourceCoreName")
+class CambriconConfig(ResourceSection):
+    """The `cambricon:` section (Go `CambriconConfig`)."""
 
 
 DEFAULT_SECTION = {
@@ -80,9 +72,7 @@ def adapter(config: CambriconConfig) -> VendorAdapter:
     vendor = VendorAdapter(
         name=MLU,
         common_word=MLU,
-        resources=vendor_resources(
-            config.resource_count_name, config.resource_memory_name, config.resource_core_name
-        ),
+        resources=config.resources(),
         annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, resource_value
 from dra_driver.engine.vendors import VendorAdapter
@@ -40,14 +40,9 @@ DEFAULT_CORES = 100
 """No core resource: the whole card's compute (exclusive)."""
 
 
-class HygonConfig(BaseModel):
-    """The `hygon:` section (Go `HygonConfig`); a key left out is empty, as in Go."""
+class HygonConfig(ResourceSection):
+    """The `hygon:` section (Go `HygonConfig`) and its `memoryFactor`."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    resource_count_name: str = Field("", alias="resourceCountName")
-    resource_memory_name: str = Field("", alias="resourceMemoryName")
-    resource_core_name: str = Field("", alias="resourceCoreName")
     memory_factor: int = Field(
         0,
         alias="memoryFactor",
@@ -127,9 +122,7 @@ def dcu_adapter(config: HygonConfig) -> VendorAdapter:
     adapter = VendorAdapter(
         name=DCU,
         common_word=DCU,
-        resources=vendor_resources(
-            config.resource_count_name, config.resource_memory_name, config.resource_core_name
-        ),
+        resources=config.resources(),
         annotations=vendor_keys(
             use_uuids=USE_UUID,
             no_use_uuids=NO_USE_UUID,

@@ -24,14 +24,12 @@ from decimal import ROUND_CEILING
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from api import hami_annotations as keys
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine.fit import ContainerGrants, fit_request
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_PATCH_CONTEXT,
@@ -64,14 +62,8 @@ PREDICATE_TIME = "mthreads.com/predicate-time"
 PREDICATE_NODE = "mthreads.com/predicate-node"
 
 
-class MthreadsConfig(BaseModel):
-    """The `mthreads:` section (Go `MthreadsConfig`); a key left out is empty, as in Go."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    resource_count_name: str = Field("", alias="resourceCountName")
-    resource_memory_name: str = Field("", alias="resourceMemoryName")
-    resource_core_name: str = Field("", alias="resourceCoreName")
+class MthreadsConfig(ResourceSection):
+    """The `mthreads:` section (Go `MthreadsConfig`)."""
 
 
 DEFAULT_SECTION = {
@@ -97,9 +89,7 @@ def adapter(config: MthreadsConfig) -> VendorAdapter:
     vendor = VendorAdapter(
         name=MTHREADS,
         common_word=MTHREADS,
-        resources=vendor_resources(
-            config.resource_count_name, config.resource_memory_name, config.resource_core_name
-        ),
+        resources=config.resources(),
         annotations=vendor_keys(
             use_uuids="mthreads.ai/use-gpuuuid",
             no_use_uuids="mthreads.ai/nouse-gpuuuid",
