@@ -46,12 +46,15 @@ from dra_driver.objects.pod_workloads import vendor_filters
 
 AMD = "AMD"
 REGISTER = "hami.io/node-amd-register"
-USE_TYPE = "amd.com/use-gputype"
-NO_USE_TYPE = "amd.com/nouse-gputype"
-USE_UUID = "amd.com/use-gpu-uuid"
-NO_USE_UUID = "amd.com/nouse-gpu-uuid"
-TO_ALLOCATE = "hami.io/amd-devices-to-allocate"
-ALLOCATED = "hami.io/amd-devices-allocated"
+KEYS = vendor_keys(
+    use_types="amd.com/use-gputype",
+    no_use_types="amd.com/nouse-gputype",
+    use_uuids="amd.com/use-gpu-uuid",
+    no_use_uuids="amd.com/nouse-gpu-uuid",
+    to_allocate="hami.io/amd-devices-to-allocate",
+    allocated="hami.io/amd-devices-allocated",
+)
+"""The pod annotations that filter AMD cards and carry their grants."""
 WHOLE_CARD_PERCENT = 100
 
 
@@ -179,14 +182,7 @@ def amd_adapter(config: AMDConfig) -> VendorAdapter:
         name=AMD,
         common_word=AMD,
         resources=config.resources(),
-        annotations=vendor_keys(
-            use_uuids=USE_UUID,
-            no_use_uuids=NO_USE_UUID,
-            to_allocate=TO_ALLOCATE,
-            allocated=ALLOCATED,
-            use_types=USE_TYPE,
-            no_use_types=NO_USE_TYPE,
-        ),
+        annotations=KEYS,
         default_count=0,
         default_cores=WHOLE_CARD_PERCENT,
         fit=fit_amd,

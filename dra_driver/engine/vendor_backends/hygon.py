@@ -30,12 +30,15 @@ from dra_driver.objects.pod_workloads import vendor_filters
 DCU = "DCU"
 REGISTER = "hami.io/node-dcu-register"
 HANDSHAKE = "hami.io/node-handshake-dcu"
-USE_TYPE = "hygon.com/use-dcutype"
-NO_USE_TYPE = "hygon.com/nouse-dcutype"
-USE_UUID = "hygon.com/use-gpuuuid"
-NO_USE_UUID = "hygon.com/nouse-gpuuuid"
-TO_ALLOCATE = "hami.io/dcu-devices-to-allocate"
-ALLOCATED = "hami.io/dcu-devices-allocated"
+KEYS = vendor_keys(
+    use_types="hygon.com/use-dcutype",
+    no_use_types="hygon.com/nouse-dcutype",
+    use_uuids="hygon.com/use-gpuuuid",
+    no_use_uuids="hygon.com/nouse-gpuuuid",
+    to_allocate="hami.io/dcu-devices-to-allocate",
+    allocated="hami.io/dcu-devices-allocated",
+)
+"""The pod annotations that filter DCUs and carry their grants."""
 DEFAULT_CORES = 100
 """No core resource: the whole card's compute (exclusive)."""
 
@@ -123,14 +126,7 @@ def dcu_adapter(config: HygonConfig) -> VendorAdapter:
         name=DCU,
         common_word=DCU,
         resources=config.resources(),
-        annotations=vendor_keys(
-            use_uuids=USE_UUID,
-            no_use_uuids=NO_USE_UUID,
-            to_allocate=TO_ALLOCATE,
-            allocated=ALLOCATED,
-            use_types=USE_TYPE,
-            no_use_types=NO_USE_TYPE,
-        ),
+        annotations=KEYS,
         memory_factor=max(config.memory_factor, 1),
         default_count=0,
         default_cores=DEFAULT_CORES,
