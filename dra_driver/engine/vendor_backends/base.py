@@ -159,6 +159,31 @@ def node_quantity(node: Mapping[str, Any], part: str, resource: str) -> int:
     return int(value.to_integral_value(rounding="ROUND_CEILING"))
 
 
+CardBuilder = Callable[[str, int, int], Device]
+"""One capacity-read card: (node name, card index, the resource's capacity) to the device."""
+
+
+def capacity_cards(
+    node: Mapping[str, Any],
+    vendor: str,
+    resource: str,
+    card: CardBuilder,
+    *,
+    units_per_card: int = 1,
+) -> VendorNodeDevices:
+    """HAMi's GetNodeDevices for a vendor without a register annotation: one card
+    per `units_per_card` units of `status.capacity[resource]` (a last partial one
+    too), built by `card`; no capacity is "device not found <resource>"."""
+    capacity = node_quantity(node, "capacity", resource)
+    if capacity <= 0:
+        return VendorNodeDevices(vendor, problem=f"device not found {resource}")
+    name = str((node.get("metadata") or {}).get("name") or "")
+    cards = -(-capacity // units_per_card)
+    return VendorNodeDevices(
+        vendor, tuple(card(name, index, capacity) for index in range(cards)), problem=""
+    )
+
+
 def handshake_gone(
     handshake: str | None, allocatable: int, now: datetime, timeout: timedelta
 ) -> bool:

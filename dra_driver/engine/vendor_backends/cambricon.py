@@ -33,6 +33,7 @@ from dra_driver.engine.vendor_backends.base import (
     PatchContext,
     VendorBackend,
     VendorNodeDevices,
+    capacity_cards,
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.reading import read_sized_request
@@ -104,24 +105,19 @@ class CambriconBackend(VendorBackend):
         """GetNodeDevices: one card per 100 vcore units of capacity, each with
         `vmemory x 256 x 100 / vcore` MiB; no vcore capacity, no devices."""
         names = self.adapter.resources
-        cores = node_quantity(node, "capacity", names.cores)
-        if cores <= 0:
-            return VendorNodeDevices(self.name, problem=f"device not found {names.cores}")
         memory = node_quantity(node, "capacity", names.memory)
-        per_card = memory * MEMORY_FACTOR * CORES_PER_CARD // cores
-        prefix = f"{(node.get('metadata') or {}).get('name', '')}-cambricon-mlu-"
-        devices = tuple(
-            Device(
-                id=f"{prefix}{index}",
+
+        def card(name: str, index: int, cores: int) -> Device:
+            return Device(
+                id=f"{name}-cambricon-mlu-{index}",
                 index=index,
                 type=MLU,
                 count=SHARES_PER_CARD,
-                memory_mib=per_card,
+                memory_mib=memory * MEMORY_FACTOR * CORES_PER_CARD // cores,
                 cores=CORES_PER_CARD,
             )
-            for index in range(-(-cores // CORES_PER_CARD))
-        )
-        return VendorNodeDevices(self.name, devices, problem="")
+
+        return capacity_cards(node, self.name, names.cores, card, units_per_card=CORES_PER_CARD)
 
     def pod_annotations(
         self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT

@@ -29,7 +29,7 @@ from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     VendorBackend,
     VendorNodeDevices,
-    node_quantity,
+    capacity_cards,
 )
 from dra_driver.engine.vendors import VendorAdapter
 
@@ -102,12 +102,9 @@ class EnflameGcuBackend(VendorBackend):
         self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
     ) -> VendorNodeDevices:
         """GetNodeDevices and CheckHealth: one whole card per unit of capacity."""
-        count = node_quantity(node, "capacity", self.count_resource)
-        if count <= 0:
-            return VendorNodeDevices(self.name, problem=f"device not found {self.count_resource}")
-        name = (node.get("metadata") or {}).get("name", "")
-        devices = tuple(
-            Device(
+
+        def card(name: str, index: int, _capacity: int) -> Device:
+            return Device(
                 id=f"{name}-{GCU}-{index}",
                 index=index,
                 type=GCU,
@@ -115,9 +112,8 @@ class EnflameGcuBackend(VendorBackend):
                 memory_mib=CARD_SIZE,
                 cores=CARD_SIZE,
             )
-            for index in range(count)
-        )
-        return VendorNodeDevices(self.name, devices, problem="")
+
+        return capacity_cards(node, self.name, self.count_resource, card)
 
 
 FAMILY = BackendFamily(

@@ -41,7 +41,7 @@ from dra_driver.engine.vendor_backends.base import (
     PatchContext,
     VendorBackend,
     VendorNodeDevices,
-    node_quantity,
+    capacity_cards,
 )
 from dra_driver.engine.vendors import VendorAdapter
 
@@ -378,12 +378,9 @@ class KunlunBackend(VendorBackend):
         self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
     ) -> VendorNodeDevices:
         """One card per unit of capacity, 98304 MiB each; the upper half on NUMA 1."""
-        name = str((node.get("metadata") or {}).get("name") or "")
-        cards = node_quantity(node, "capacity", WHOLE_COUNT)
-        if cards <= 0:
-            return VendorNodeDevices(self.name, problem=f"device not found {WHOLE_COUNT}")
-        devices = tuple(
-            Device(
+
+        def card(name: str, index: int, cards: int) -> Device:
+            return Device(
                 id=f"{name}-kunlun-{index}",
                 index=index,
                 type=WHOLE_TYPE,
@@ -392,9 +389,8 @@ class KunlunBackend(VendorBackend):
                 cores=100,
                 numa=1 if index >= cards // 2 else 0,
             )
-            for index in range(cards)
-        )
-        return VendorNodeDevices(self.name, devices, None, "")
+
+        return capacity_cards(node, self.name, WHOLE_COUNT, card)
 
     def pod_annotations(
         self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT

@@ -36,7 +36,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorBackend,
     VendorNodeDevices,
     annotations_of,
-    node_quantity,
+    capacity_cards,
 )
 from dra_driver.engine.vendor_backends.mthreads import one_card_per_pod
 from dra_driver.engine.vendors import VendorAdapter
@@ -117,14 +117,11 @@ class MetaxGpuBackend(VendorBackend):
         self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
     ) -> VendorNodeDevices:
         """GetNodeDevices and CheckHealth: one whole card per unit of capacity."""
-        count = node_quantity(node, "capacity", self.count_resource)
-        if count <= 0:
-            return VendorNodeDevices(self.name, problem=f"device not found {self.count_resource}")
         annotations = annotations_of(node)
         topology = {key: annotations[key] for key in (LOSSES, SCORES) if key in annotations}
-        name = (node.get("metadata") or {}).get("name", "")
-        devices = tuple(
-            Device(
+
+        def card(name: str, index: int, _capacity: int) -> Device:
+            return Device(
                 id=f"{name}-metax-{index}",
                 index=index,
                 type=METAX_GPU,
@@ -133,9 +130,8 @@ class MetaxGpuBackend(VendorBackend):
                 cores=CARD_CORES,
                 custom_info=topology,
             )
-            for index in range(count)
-        )
-        return VendorNodeDevices(self.name, devices, problem="")
+
+        return capacity_cards(node, self.name, self.count_resource, card)
 
 
 FAMILY = BackendFamily(

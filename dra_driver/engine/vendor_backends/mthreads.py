@@ -38,6 +38,7 @@ from dra_driver.engine.vendor_backends.base import (
     PatchContext,
     VendorBackend,
     VendorNodeDevices,
+    capacity_cards,
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.reading import (
@@ -181,13 +182,10 @@ class MthreadsBackend(VendorBackend):
         """GetNodeDevices: one card per 16 sgpu-core units of capacity, each with
         `memory x 512 x 16 / cores` MiB and 16 cores."""
         names = self.adapter.resources
-        cores = node_quantity(node, "capacity", names.cores)
-        if cores <= 0:
-            return VendorNodeDevices(self.name, problem=f"device not found {names.cores}")
         memory = node_quantity(node, "capacity", names.memory)
-        name = (node.get("metadata") or {}).get("name", "")
-        devices = tuple(
-            Device(
+
+        def card(name: str, index: int, cores: int) -> Device:
+            return Device(
                 id=f"{name}-mthreads-{index}",
                 index=index,
                 type=MTHREADS,
@@ -195,9 +193,8 @@ class MthreadsBackend(VendorBackend):
                 memory_mib=memory * MEMORY_FACTOR * CORES_PER_CARD // cores,
                 cores=CORES_PER_CARD,
             )
-            for index in range(-(-cores // CORES_PER_CARD))
-        )
-        return VendorNodeDevices(self.name, devices, problem="")
+
+        return capacity_cards(node, self.name, names.cores, card, units_per_card=CORES_PER_CARD)
 
     def pod_annotations(
         self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
