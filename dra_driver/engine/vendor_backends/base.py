@@ -184,6 +184,28 @@ def capacity_cards(
     )
 
 
+def sized_cards(
+    node: Mapping[str, Any], adapter: VendorAdapter, id_word: str, cores_per_card: int, shares: int
+) -> VendorNodeDevices:
+    """GetNodeDevices of a vendor whose capacity counts cores and memory units
+    (Cambricon, Mthreads): one card per `cores_per_card` cores, each with `shares`
+    slots, those cores and `memory x memory_factor x cores_per_card / cores` MiB."""
+    names = adapter.resources
+    memory = node_quantity(node, "capacity", names.memory)
+
+    def card(name: str, index: int, cores: int) -> Device:
+        return Device(
+            id=f"{name}-{id_word}-{index}",
+            index=index,
+            type=adapter.name,
+            count=shares,
+            memory_mib=memory * adapter.memory_factor * cores_per_card // cores,
+            cores=cores_per_card,
+        )
+
+    return capacity_cards(node, adapter.name, names.cores, card, units_per_card=cores_per_card)
+
+
 def handshake_gone(
     handshake: str | None, allocatable: int, now: datetime, timeout: timedelta
 ) -> bool:

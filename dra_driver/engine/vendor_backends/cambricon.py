@@ -23,7 +23,6 @@ from functools import partial
 from typing import Any
 
 from dra_driver.engine.fit import ContainerGrants
-from dra_driver.engine.model import Device
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
     NO_PATCH_CONTEXT,
@@ -33,8 +32,7 @@ from dra_driver.engine.vendor_backends.base import (
     PatchContext,
     VendorBackend,
     VendorNodeDevices,
-    capacity_cards,
-    node_quantity,
+    sized_cards,
 )
 from dra_driver.engine.vendor_backends.reading import read_sized_request
 from dra_driver.engine.vendors import VendorAdapter
@@ -104,20 +102,7 @@ class CambriconBackend(VendorBackend):
     ) -> VendorNodeDevices:
         """GetNodeDevices: one card per 100 vcore units of capacity, each with
         `vmemory x 256 x 100 / vcore` MiB; no vcore capacity, no devices."""
-        names = self.adapter.resources
-        memory = node_quantity(node, "capacity", names.memory)
-
-        def card(name: str, index: int, cores: int) -> Device:
-            return Device(
-                id=f"{name}-cambricon-mlu-{index}",
-                index=index,
-                type=MLU,
-                count=SHARES_PER_CARD,
-                memory_mib=memory * MEMORY_FACTOR * CORES_PER_CARD // cores,
-                cores=CORES_PER_CARD,
-            )
-
-        return capacity_cards(node, self.name, names.cores, card, units_per_card=CORES_PER_CARD)
+        return sized_cards(node, self.adapter, "cambricon-mlu", CORES_PER_CARD, SHARES_PER_CARD)
 
     def pod_annotations(
         self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT

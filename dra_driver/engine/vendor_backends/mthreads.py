@@ -38,8 +38,7 @@ from dra_driver.engine.vendor_backends.base import (
     PatchContext,
     VendorBackend,
     VendorNodeDevices,
-    capacity_cards,
-    node_quantity,
+    sized_cards,
 )
 from dra_driver.engine.vendor_backends.reading import (
     INT32_MAX,
@@ -181,20 +180,7 @@ class MthreadsBackend(VendorBackend):
     ) -> VendorNodeDevices:
         """GetNodeDevices: one card per 16 sgpu-core units of capacity, each with
         `memory x 512 x 16 / cores` MiB and 16 cores."""
-        names = self.adapter.resources
-        memory = node_quantity(node, "capacity", names.memory)
-
-        def card(name: str, index: int, cores: int) -> Device:
-            return Device(
-                id=f"{name}-mthreads-{index}",
-                index=index,
-                type=MTHREADS,
-                count=SHARES_PER_CARD,
-                memory_mib=memory * MEMORY_FACTOR * CORES_PER_CARD // cores,
-                cores=CORES_PER_CARD,
-            )
-
-        return capacity_cards(node, self.name, names.cores, card, units_per_card=CORES_PER_CARD)
+        return sized_cards(node, self.adapter, "mthreads", CORES_PER_CARD, SHARES_PER_CARD)
 
     def pod_annotations(
         self, containers: Sequence[ContainerGrants], context: PatchContext = NO_PATCH_CONTEXT
