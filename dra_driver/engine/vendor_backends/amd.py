@@ -39,7 +39,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
-from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64
+from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, limit_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
@@ -67,13 +67,6 @@ HAMI_DEFAULT = {"resourceCountName": "amd.com/gpu"}
 """The section of HAMi's built-in default config (InitDefaultDevices)."""
 
 
-def _limit(container: Mapping[str, Any], name: str) -> Any:
-    """A resource's value in limits (AMD reads nothing else); None when absent."""
-    if not name:
-        return None
-    return ((container.get("resources") or {}).get("limits") or {}).get(name)
-
-
 def read_amd_request(
     adapter: VendorAdapter,
     container: Mapping[str, Any],
@@ -85,7 +78,7 @@ def read_amd_request(
     core percentage 1..100 (default 100), all from limits; any of them out of
     range (or not a whole number) drops the request. The percentage field is 0."""
     names = adapter.resources
-    count = as_int64(_limit(container, names.count))
+    count = as_int64(limit_value(container, names.count))
     if count is None or not 0 < count <= INT32_MAX:
         return None
 
@@ -97,7 +90,7 @@ def read_amd_request(
             )
 
     memory = 0
-    raw_memory = _limit(container, names.memory)
+    raw_memory = limit_value(container, names.memory)
     if raw_memory is not None:
         value = as_int64(raw_memory)
         if value is None or not 0 <= value <= INT32_MAX:
@@ -105,7 +98,7 @@ def read_amd_request(
             return None
         memory = value
     cores = WHOLE_CARD_PERCENT
-    raw_cores = _limit(container, names.cores)
+    raw_cores = limit_value(container, names.cores)
     if raw_cores is not None:
         value = as_int64(raw_cores)
         if value is None or not 1 <= value <= WHOLE_CARD_PERCENT:
@@ -217,8 +210,8 @@ class AMDBackend(VendorBackend):
         """True when the count, memory or core resource is in limits; with the count, a
         core value that is not a whole percentage in 1..100 is refused."""
         names = self.adapter.resources
-        count = _limit(container, names.count)
-        cores = _limit(container, names.cores)
+        count = limit_value(container, names.count)
+        cores = limit_value(container, names.cores)
         if count is not None and cores is not None:
             value = as_int64(cores)
             if value is None or not 1 <= value <= WHOLE_CARD_PERCENT:
@@ -226,7 +219,9 @@ class AMDBackend(VendorBackend):
                     f"{where}.resources.limits.{names.cores}",
                     f"{names.cores} must be an integer percentage between 1 and 100",
                 )
-        found = any(_limit(container, name) is not None for name in (names.count, names.memory))
+        found = any(
+            limit_value(container, name) is not None for name in (names.count, names.memory)
+        )
         return ContainerMutation(found or cores is not None)
 
 

@@ -62,6 +62,7 @@ from dra_driver.engine.vendor_backends.base import (
     annotations_of,
     engine_device,
 )
+from dra_driver.engine.vendor_backends.reading import resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
@@ -111,13 +112,6 @@ def _int64(value: Decimal) -> int | None:
     return int(value)
 
 
-def _limit_or_request(resources: Mapping[str, Any], name: str) -> Any:
-    if not name:
-        return None
-    limits = resources.get("limits") or {}
-    return limits[name] if name in limits else (resources.get("requests") or {}).get(name)
-
-
 class AscendBackend(VendorBackend):
     """One chip of the `vnpus:` section; `section` is the whole section, for the
     global `hamiVnpuCore` and for which containers ask for any Ascend chip."""
@@ -164,8 +158,7 @@ class AscendBackend(VendorBackend):
         outside 1..MaxInt32, a negative memory, one beyond MaxInt32 before or after the
         factor (a byte quantity such as 16Gi), and a core value outside 0..MaxInt32."""
         chip = self.chip
-        resources = container.get("resources") or {}
-        raw_count = _limit_or_request(resources, chip.resource_name)
+        raw_count = resource_value(container, chip.resource_name)
         if raw_count is None:
             return None
         count = _int64(_quantity(raw_count, f"{where}.resources.{chip.resource_name}"))
@@ -176,7 +169,7 @@ class AscendBackend(VendorBackend):
                 dropped, where, chip.resource_name, f"count {raw_count} is out of range"
             )
         memory = 0
-        raw_memory = _limit_or_request(resources, chip.resource_memory_name)
+        raw_memory = resource_value(container, chip.resource_memory_name)
         if raw_memory is not None:
             value = _quantity(raw_memory, f"{where}.resources.{chip.resource_memory_name}")
             if value < 0:
@@ -192,7 +185,7 @@ class AscendBackend(VendorBackend):
                     return self._drop(dropped, where, chip.resource_memory_name, why)
                 memory = scaled
         cores = 0
-        raw_cores = _limit_or_request(resources, chip.resource_core_name)
+        raw_cores = resource_value(container, chip.resource_core_name)
         if raw_cores is not None:
             field = f"{where}.resources.{chip.resource_core_name}"
             value = _quantity(raw_cores, field).to_integral_value(ROUND_CEILING)
@@ -246,7 +239,7 @@ class AscendBackend(VendorBackend):
         hami_core = annotations_of(pod).get(VNPU_MODE) == HAMI_CORE
         if not hami_core and chip.resource_core_name:
             core_field = f"{where}.resources.{chip.resource_core_name}"
-            raw_core = _limit_or_request(resources, chip.resource_core_name)
+            raw_core = resource_value(container, chip.resource_core_name)
             if raw_core is not None and _quantity(raw_core, core_field) > 0:
                 raise InvalidParameterError(
                     core_field,

@@ -41,6 +41,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     annotations_of,
 )
+from dra_driver.engine.vendor_backends.reading import resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
@@ -181,12 +182,6 @@ def drs_fit(
     return None, reasons.format_reason(failed, len(slots))
 
 
-def _resource(container: Mapping[str, Any], name: str) -> Any:
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    return limits[name] if name in limits else (resources.get("requests") or {}).get(name)
-
-
 def _value(raw: Any) -> int | None:
     """Quantity's Value(): rounded up to a whole number (None when unreadable)."""
     try:
@@ -207,7 +202,7 @@ def drs_request(
         return tuple(item.strip() for item in annotations.get(key, "").split(",") if item.strip())
 
     filters = DeviceFilters(use_uuids=listed(USE_UUID), no_use_uuids=listed(NO_USE_UUID))
-    slices_raw = _resource(container, SLICE_RESOURCE)
+    slices_raw = resource_value(container, SLICE_RESOURCE)
     if slices_raw is not None:
         slices = _value(slices_raw)
         if slices is not None and slices > 0:
@@ -215,8 +210,8 @@ def drs_request(
                 return None
             return DeviceRequest(DRS_TYPE, 1, slices, BY_SLICES, 0, filters)
     memory_raw, core_raw = (
-        _resource(container, MEMORY_RESOURCE),
-        _resource(container, CORE_RESOURCE),
+        resource_value(container, MEMORY_RESOURCE),
+        resource_value(container, CORE_RESOURCE),
     )
     if memory_raw is None and core_raw is None:
         return None
@@ -294,7 +289,7 @@ class EnflameDrsBackend(VendorBackend):
         add_limits: dict[str, str] = {}
         add_requests: dict[str, str] = {}
         if has_memory:
-            if (_value(_resource(container, MEMORY_RESOURCE)) or 0) <= 0:
+            if (_value(resource_value(container, MEMORY_RESOURCE)) or 0) <= 0:
                 raise InvalidParameterError(
                     f"{where}.resources.{MEMORY_RESOURCE}",
                     f"{MEMORY_RESOURCE} must be greater than 0",
@@ -303,7 +298,7 @@ class EnflameDrsBackend(VendorBackend):
             add_limits.update(more_limits)
             add_requests.update(more_requests)
         if has_core:
-            core = _value(_resource(container, CORE_RESOURCE)) or 0
+            core = _value(resource_value(container, CORE_RESOURCE)) or 0
             if not 0 < core <= 100:
                 raise InvalidParameterError(
                     f"{where}.resources.{CORE_RESOURCE}",

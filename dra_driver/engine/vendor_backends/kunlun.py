@@ -43,6 +43,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     capacity_cards,
 )
+from dra_driver.engine.vendor_backends.reading import resource_value
 from dra_driver.engine.vendors import VendorAdapter
 
 WHOLE_TYPE = "kunlun"
@@ -177,13 +178,6 @@ def _whole_value(raw: Any) -> int | None:
     return int(value)
 
 
-def _resource(container: Mapping[str, Any], name: str) -> Any:
-    """A resource's raw value, limits before requests (None when in neither)."""
-    resources = container.get("resources") or {}
-    limits = resources.get("limits") or {}
-    return limits[name] if name in limits else (resources.get("requests") or {}).get(name)
-
-
 def uuid_filters(annotations: Mapping[str, str]) -> DeviceFilters:
     """Both uuid pairs as one: a device must pass HAMi's and the legacy pair."""
 
@@ -206,7 +200,7 @@ def whole_request(
     dropped: list[str] | None,
 ) -> DeviceRequest | None:
     """Whole cards: `{n, kunlun, 0 MiB, 100 %, 0 cores}`; a non-integer count asks nothing."""
-    raw = _resource(container, WHOLE_COUNT)
+    raw = resource_value(container, WHOLE_COUNT)
     count = None if raw is None else _whole_value(raw)
     if not count or count < 0:
         return None
@@ -220,11 +214,11 @@ def vxpu_request(
     dropped: list[str] | None,
 ) -> DeviceRequest | None:
     """vXPUs: memory rounded up, cores in proportion; no memory is a whole card."""
-    raw = _resource(container, VXPU_COUNT)
+    raw = resource_value(container, VXPU_COUNT)
     count = None if raw is None else _whole_value(raw)
     if not count or count < 0:
         return None
-    raw_memory = _resource(container, VXPU_MEMORY)
+    raw_memory = resource_value(container, VXPU_MEMORY)
     memory = None if raw_memory is None else _whole_value(raw_memory)
     filters = uuid_filters(annotations)
     if memory is None:

@@ -56,7 +56,7 @@ from dra_driver.engine.vendor_backends.metax_sgpu_fit import (
     sgpu_score,
     share_tag,
 )
-from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64
+from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, limit_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
@@ -97,12 +97,6 @@ class MetaxSgpuConfig(BaseModel):
 # -- requests
 
 
-def _limit(container: Mapping[str, Any], name: str) -> Any:
-    if not name:
-        return None
-    return ((container.get("resources") or {}).get("limits") or {}).get(name)
-
-
 def _go_divide(value: int, divisor: int) -> int:
     """Go's integer division, truncating toward zero."""
     quotient = abs(value) // divisor
@@ -135,7 +129,7 @@ def read_sgpu_request(
     value that is not a whole number keeps it) and memory, all from limits. Out
     of range drops the request. No memory means the whole card (100 %)."""
     names = adapter.resources
-    count = as_int64(_limit(container, names.count))
+    count = as_int64(limit_value(container, names.count))
     if count is None or not 0 < count <= INT32_MAX:
         return None
 
@@ -147,7 +141,7 @@ def read_sgpu_request(
             )
 
     cores = WHOLE_CARD
-    raw_cores = _limit(container, names.cores)
+    raw_cores = limit_value(container, names.cores)
     value = as_int64(raw_cores)
     if value is not None:
         if not 0 <= value <= INT32_MAX:
@@ -155,7 +149,7 @@ def read_sgpu_request(
             return None
         cores = value
     memory = 0
-    raw_memory = _limit(container, names.memory)
+    raw_memory = limit_value(container, names.memory)
     if raw_memory is not None:
         read = _memory_mib(raw_memory)
         if read is None:
@@ -302,7 +296,7 @@ class MetaxSgpuBackend(VendorBackend):
         """MutateAdmission: a count in limits; an app class must be online or offline and
         ask one card; a pod that is not online gets `best-effort` unless it names
         one of the three qos policies."""
-        count = _limit(container, self.count_resource)
+        count = limit_value(container, self.count_resource)
         if count is None:
             return NO_MUTATION
         annotations = annotations_of(pod)

@@ -37,6 +37,14 @@ def resource_value(container: Mapping[str, Any], name: str) -> Any:
     return (resources.get("requests") or {}).get(name)
 
 
+def limit_value(container: Mapping[str, Any], name: str) -> Any:
+    """A resource's raw value in limits only (AMD and Metax sGPU read nothing else);
+    None when absent (or unnamed)."""
+    if not name:
+        return None
+    return ((container.get("resources") or {}).get("limits") or {}).get(name)
+
+
 def as_int64(raw: Any) -> int | None:
     """Go's `Quantity.AsInt64`: the value when it is a whole number, else None."""
     if raw is None:
