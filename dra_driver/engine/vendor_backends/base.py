@@ -184,6 +184,32 @@ def capacity_cards(
     )
 
 
+def whole_cards(
+    node: Mapping[str, Any],
+    adapter: VendorAdapter,
+    id_word: str,
+    *,
+    memory_mib: int,
+    cores: int,
+    custom_info: Mapping[str, str] | None = None,
+) -> VendorNodeDevices:
+    """GetNodeDevices of a vendor that hands out whole cards (Enflame GCU, Metax GPU):
+    one card of one slot per unit of its count's capacity, all the same size."""
+
+    def card(name: str, index: int, _capacity: int) -> Device:
+        return Device(
+            id=f"{name}-{id_word}-{index}",
+            index=index,
+            type=adapter.name,
+            count=1,
+            memory_mib=memory_mib,
+            cores=cores,
+            custom_info=custom_info or {},
+        )
+
+    return capacity_cards(node, adapter.name, adapter.resources.count, card)
+
+
 def sized_cards(
     node: Mapping[str, Any], adapter: VendorAdapter, id_word: str, cores_per_card: int, shares: int
 ) -> VendorNodeDevices:

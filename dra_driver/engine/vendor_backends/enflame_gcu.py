@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
-from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
@@ -29,7 +28,7 @@ from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     VendorBackend,
     VendorNodeDevices,
-    capacity_cards,
+    whole_cards,
 )
 from dra_driver.engine.vendors import VendorAdapter
 
@@ -102,18 +101,7 @@ class EnflameGcuBackend(VendorBackend):
         self, node: Mapping[str, Any], now: datetime, handshake_timeout: timedelta
     ) -> VendorNodeDevices:
         """GetNodeDevices and CheckHealth: one whole card per unit of capacity."""
-
-        def card(name: str, index: int, _capacity: int) -> Device:
-            return Device(
-                id=f"{name}-{GCU}-{index}",
-                index=index,
-                type=GCU,
-                count=1,
-                memory_mib=CARD_SIZE,
-                cores=CARD_SIZE,
-            )
-
-        return capacity_cards(node, self.name, self.count_resource, card)
+        return whole_cards(node, self.adapter, GCU, memory_mib=CARD_SIZE, cores=CARD_SIZE)
 
 
 FAMILY = BackendFamily(

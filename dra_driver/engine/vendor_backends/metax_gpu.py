@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from dra_driver.engine.fit import ContainerGrants, fit_request
-from dra_driver.engine.model import Device, Node
+from dra_driver.engine.model import Node
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.engine.requests import ContainerRequest
 from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
@@ -36,7 +36,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorBackend,
     VendorNodeDevices,
     annotations_of,
-    capacity_cards,
+    whole_cards,
 )
 from dra_driver.engine.vendor_backends.mthreads import one_card_per_pod
 from dra_driver.engine.vendors import VendorAdapter
@@ -119,19 +119,14 @@ class MetaxGpuBackend(VendorBackend):
         """GetNodeDevices and CheckHealth: one whole card per unit of capacity."""
         annotations = annotations_of(node)
         topology = {key: annotations[key] for key in (LOSSES, SCORES) if key in annotations}
-
-        def card(name: str, index: int, _capacity: int) -> Device:
-            return Device(
-                id=f"{name}-metax-{index}",
-                index=index,
-                type=METAX_GPU,
-                count=1,
-                memory_mib=CARD_MEMORY_MIB,
-                cores=CARD_CORES,
-                custom_info=topology,
-            )
-
-        return capacity_cards(node, self.name, self.count_resource, card)
+        return whole_cards(
+            node,
+            self.adapter,
+            "metax",
+            memory_mib=CARD_MEMORY_MIB,
+            cores=CARD_CORES,
+            custom_info=topology,
+        )
 
 
 FAMILY = BackendFamily(
