@@ -28,7 +28,6 @@ from dra_driver.engine.fit import (
     Grant,
     Slot,
     type_allowed,
-    uuid_allowed,
 )
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
@@ -39,6 +38,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, limit_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
@@ -135,14 +135,8 @@ def fit_amd(
         if not type_allowed(request.filters, device):
             failed[reasons.CARD_TYPE_MISMATCH] += 1
             continue
-        if not uuid_allowed(request.filters, device.id):
-            failed[reasons.CARD_UUID_MISMATCH] += 1
-            continue
-        if device.count <= slot.used:
-            failed[reasons.CARD_TIME_SLICING_EXHAUSTED] += 1
-            continue
-        if ctx.policy.mutex and slot.used > 0:
-            failed[reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+        if refusal := sharing_refusal(slot, request.filters, ctx.policy.mutex):
+            failed[refusal] += 1
             continue
         memory = request.memory_mib
         if memory <= 0 and device.memory_mib > 0:

@@ -62,6 +62,7 @@ from dra_driver.engine.vendor_backends.base import (
     annotations_of,
     engine_device,
 )
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendor_backends.reading import resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
@@ -343,17 +344,8 @@ class AscendBackend(VendorBackend):
             if request.vendor != self.name:
                 failed[reasons.CARD_TYPE_MISMATCH] += 1
                 continue
-            filters = request.filters
-            if (filters.use_uuids and device.id not in filters.use_uuids) or (
-                device.id in filters.no_use_uuids
-            ):
-                failed[reasons.CARD_UUID_MISMATCH] += 1
-                continue
-            if device.count <= slot.used:
-                failed[reasons.CARD_TIME_SLICING_EXHAUSTED] += 1
-                continue
-            if ctx.policy.mutex and slot.used > 0:
-                failed[reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
+            if refusal := sharing_refusal(slot, request.filters, ctx.policy.mutex):
+                failed[refusal] += 1
                 continue
             cores = min(cores, FULL_CARD_CORES)
             memory = request.memory_on(device.memory_mib)

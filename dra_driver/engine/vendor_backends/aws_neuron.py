@@ -37,6 +37,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     node_quantity,
 )
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
@@ -199,14 +200,8 @@ def _refusal(slot: Slot, request: DeviceRequest, mutex: bool) -> str:
         return reasons.CARD_NOT_HEALTH
     if request.vendor not in device.type or request.vendor != NEURON_TYPE:
         return reasons.CARD_TYPE_MISMATCH
-    if (filters.use_uuids and device.id not in filters.use_uuids) or (
-        device.id in filters.no_use_uuids
-    ):
-        return reasons.CARD_UUID_MISMATCH
-    if device.count <= slot.used:
-        return reasons.CARD_TIME_SLICING_EXHAUSTED
-    if mutex and slot.used > 0:
-        return reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if refusal := sharing_refusal(slot, filters, mutex):
+        return refusal
     if mask_cores(device.cores) - mask_cores(slot.cores) < request.cores:
         return reasons.CARD_INSUFFICIENT_CORE
     return ""

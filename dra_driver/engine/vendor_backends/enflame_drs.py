@@ -41,6 +41,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     annotations_of,
 )
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendor_backends.reading import resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
@@ -163,14 +164,8 @@ def drs_fit(
             reason = reasons.CARD_NOT_HEALTH
         elif request.vendor != DRS_TYPE:
             reason = reasons.CARD_TYPE_MISMATCH
-        elif (filters.use_uuids and device.id not in filters.use_uuids) or (
-            device.id in filters.no_use_uuids
-        ):
-            reason = reasons.CARD_UUID_MISMATCH
-        elif device.count <= slot.used:
-            reason = reasons.CARD_TIME_SLICING_EXHAUSTED
-        elif ctx.policy.mutex and slot.used > 0:
-            reason = reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+        elif refusal := sharing_refusal(slot, filters, ctx.policy.mutex):
+            reason = refusal
         elif device.memory_mib - slot.memory < memory:
             reason = reasons.CARD_INSUFFICIENT_MEMORY
         elif device.cores > 0 and device.cores - slot.cores < profile.core_percent:

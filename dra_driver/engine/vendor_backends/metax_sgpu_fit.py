@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot, uuid_allowed
+from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.policy import SPREAD
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 
 METAX_SGPU = "Metax-SGPU"
 QOS_POLICY = "metax-tech.com/sgpu-qos-policy"
@@ -205,12 +206,8 @@ def _refusal(
         return CARD_APP_CLASS_MISMATCH
     if app_class != ONLINE and not qos_fits(qos, slot, request, earlier):
         return CARD_QOS_POLICY_MISMATCH
-    if not uuid_allowed(request.filters, device.id):
-        return reasons.CARD_UUID_MISMATCH
-    if device.count <= slot.used:
-        return reasons.CARD_TIME_SLICING_EXHAUSTED
-    if ctx.policy.mutex and slot.used > 0:
-        return reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT
+    if refusal := sharing_refusal(slot, request.filters, ctx.policy.mutex):
+        return refusal
     if device.memory_mib - slot.memory < _memory_of(request, device):
         return reasons.CARD_INSUFFICIENT_MEMORY
     if app_class == ONLINE:

@@ -26,11 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot, uuid_allowed
+from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
+from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendors import VendorAdapter
 
 VASTAI = "Vastai"
@@ -83,11 +84,9 @@ def fit_whole_devices(
             failed[reasons.CARD_NOT_HEALTH] += 1
         elif request.vendor != vendor:
             failed[reasons.CARD_TYPE_MISMATCH] += 1
-        elif not uuid_allowed(request.filters, device.id):
-            failed[reasons.CARD_UUID_MISMATCH] += 1
-        elif device.count <= slot.used:
-            failed[reasons.CARD_TIME_SLICING_EXHAUSTED] += 1
-        elif ctx.policy.mutex and (slot.used > 0 or aic_of(device.custom_info) in occupied):
+        elif refusal := sharing_refusal(slot, request.filters, ctx.policy.mutex):
+            failed[refusal] += 1
+        elif ctx.policy.mutex and aic_of(device.custom_info) in occupied:
             failed[reasons.EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT] += 1
         else:
             picks.append(Grant(device.id, request.vendor, 0, request.cores, device.index))
