@@ -83,12 +83,18 @@ def reading_with(adapter: VendorAdapter, reader: AdapterReader) -> VendorAdapter
     return replace(adapter, read_request=read)
 
 
-class ResourceSection(BaseModel):
+class ConfigSection(BaseModel):
+    """A `device-config.yaml` section (or entry) read as HAMi's Go structs read it:
+    keys it does not know are ignored, a key is its camelCase alias (or the field's
+    name), and the value is frozen once read."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class ResourceSection(ConfigSection):
     """A config section naming a vendor's count, memory and core resources (HAMi's
     `resourceCountName`, `resourceMemoryName`, `resourceCoreName`); a key left out
     is empty, as in Go."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: str = Field("", alias="resourceCountName")
     resource_memory_name: str = Field("", alias="resourceMemoryName")

@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from dra_driver.engine.vendor_backends.adapters import ConfigSection
 
 INT32_MAX = (1 << 31) - 1
 MIB = 1 << 20
 FULL_CHIP_CORES = 100
 
 
-class VnpuTemplate(BaseModel):
+class VnpuTemplate(ConfigSection):
     """One vNPU template (Go `Template`); `aiCore`/`aiCPU` are informational."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     name: str = Field(min_length=1, description="Template name the runtime creates, e.g. vir08.")
     memory: int = Field(gt=0, le=INT32_MAX, description="MB of the vNPU.")
@@ -30,10 +30,8 @@ class VnpuTemplate(BaseModel):
     ai_cpu: int = Field(0, alias="aiCPU", ge=0, description="AI CPUs of the vNPU.")
 
 
-class VnpuChip(BaseModel):
+class VnpuChip(ConfigSection):
     """One `vnpus.configs[]` entry (Go `VNPUConfig`); a key left out is Go's zero."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     chip_name: str = Field("", alias="chipName", description="The chip as npu-smi names it.")
     common_word: str = Field(
@@ -85,10 +83,8 @@ class VnpuChip(BaseModel):
         return 0, ""
 
 
-class VnpusConfig(BaseModel):
+class VnpusConfig(ConfigSection):
     """The `vnpus:` section (Go `VNPUs`)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     hami_vnpu_core: bool = Field(
         False,

@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -342,12 +342,10 @@ class AwsNeuronBackend(VendorBackend):
         return result
 
 
-class AwsNeuronConfig(BaseModel):
+class AwsNeuronConfig(ConfigSection):
     """The `awsneuron:` section of device-config.yaml (HAMi's keys). The resource
     names are HAMi's defaults; a section naming others is refused, since the
     backend serves only those."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: Literal[DEVICE_RESOURCE] = Field(
         DEVICE_RESOURCE, alias="resourceCountName"

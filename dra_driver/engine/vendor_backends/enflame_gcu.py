@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     BackendFamily,
@@ -37,10 +37,8 @@ CARD_SIZE = 100
 """The card's memory and cores as registered, and what one grant takes of each."""
 
 
-class EnflameGcuConfig(BaseModel):
+class EnflameGcuConfig(ConfigSection):
     """The whole-card key of the `enflame:` section (Go `EnflameConfig.ResourceNameGCU`)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_name_gcu: str = Field("", alias="resourceNameGCU")
 

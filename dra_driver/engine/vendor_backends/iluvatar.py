@@ -19,11 +19,15 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.vendor_backends.adapters import chip_keys, reading_with, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import (
+    ResourceSection,
+    chip_keys,
+    reading_with,
+)
 from dra_driver.engine.vendor_backends.base import (
     BackendFamily,
     ContainerMutation,
@@ -39,18 +43,12 @@ ENABLE_FLAG = "enable-iluvatar"
 FULL_CARD_CORES = 100
 
 
-class IluvatarChip(BaseModel):
-    """One `iluvatars:` entry (Go `IluvatarConfig`); a key left out is empty, as in Go."""
+class IluvatarChip(ResourceSection):
+    """One `iluvatars:` entry (Go `IluvatarConfig`): its chip's resource names, and
+    its common word, the request Type and the `<cw>` of its annotation keys."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
-
-    common_word: str = Field(
-        "", alias="commonWord", description="The request Type and the keys' <cw>."
-    )
+    common_word: str = Field("", alias="commonWord")
     chip_name: str = Field("", alias="chipName")
-    resource_count_name: str = Field("", alias="resourceCountName")
-    resource_memory_name: str = Field("", alias="resourceMemoryName")
-    resource_core_name: str = Field("", alias="resourceCoreName")
 
 
 HAMI_DEFAULT = [
@@ -72,9 +70,7 @@ def chip_adapter(chip: IluvatarChip) -> VendorAdapter:
     adapter = VendorAdapter(
         name=word,
         common_word=word,
-        resources=vendor_resources(
-            chip.resource_count_name, chip.resource_memory_name, chip.resource_core_name
-        ),
+        resources=chip.resources(),
         annotations=chip_keys(word),
         memory_factor=MEMORY_FACTOR,
         default_count=0,

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from api.quantity import QuantityError, parse_quantity
@@ -31,7 +31,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import ContainerRequest, DeviceFilters, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -425,12 +425,10 @@ class KunlunVxpuBackend(VendorBackend):
         )
 
 
-class KunlunConfig(BaseModel):
+class KunlunConfig(ConfigSection):
     """The `kunlun:` section of device-config.yaml (HAMi's keys). The resource
     names are HAMi's defaults; a section naming others is refused, since the
     backend serves only those."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: Literal[WHOLE_COUNT] = Field(WHOLE_COUNT, alias="resourceCountName")
     resource_v_count_name: Literal[VXPU_COUNT] = Field(VXPU_COUNT, alias="resourceVCountName")

@@ -23,13 +23,13 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dra_driver.engine.fit import ContainerGrants, fit_request
 from dra_driver.engine.model import Node
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.engine.requests import ContainerRequest
-from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     BackendFamily,
@@ -49,10 +49,8 @@ SCORES = "metax-tech.com/gpu.topology.scores"
 TOPOLOGY_BASE = 2000
 
 
-class MetaxConfig(BaseModel):
+class MetaxConfig(ConfigSection):
     """The whole-card key of the `metax:` section (Go `MetaxConfig.ResourceCountName`)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: str = Field("", alias="resourceCountName")
 

@@ -24,14 +24,19 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.quantity import QuantityError, canonical_quantity, parse_quantity
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, Grant
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import reading_with, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import (
+    ConfigSection,
+    reading_with,
+    vendor_keys,
+    vendor_resources,
+)
 from dra_driver.engine.vendor_backends.base import (
     NO_MUTATION,
     NO_PATCH_CONTEXT,
@@ -76,11 +81,9 @@ MEMORY_FACTOR = 1024
 """A bare vmemory number is GiB: 1024 MiB each."""
 
 
-class MetaxSgpuConfig(BaseModel):
+class MetaxSgpuConfig(ConfigSection):
     """The sGPU keys of the `metax:` section (Go `MetaxConfig`); a key left out is empty,
     as in Go, so HAMi's default section (whole cards only) reads no sGPU resource."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_vcount_name: str = Field("", alias="resourceVCountName")
     resource_vmemory_name: str = Field(

@@ -15,10 +15,11 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api import hami_annotations as keys
 from dra_driver.engine.requests import PodRequest
+from dra_driver.engine.vendor_backends.adapters import ConfigSection
 from dra_driver.engine.vendor_backends.base import BackendFamily, ContainerMutation, VendorBackend
 from dra_driver.engine.vendors import NVIDIA, ResourceNames, VendorAdapter
 from dra_driver.objects.pod_workloads import admission_limits
@@ -34,10 +35,8 @@ class CorePolicy(StrEnum):
     DISABLE = "disable"
 
 
-class NvidiaConfig(BaseModel):
+class NvidiaConfig(ConfigSection):
     """The `nvidia:` section (Go `NvidiaConfig`); defaults are HAMi's."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: str = Field(
         "nvidia.com/gpu",

@@ -22,14 +22,14 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendors import VendorAdapter
@@ -42,10 +42,8 @@ DIE = "die"
 AIC = "AIC"
 
 
-class WholeDeviceConfig(BaseModel):
+class WholeDeviceConfig(ConfigSection):
     """A section with only `resourceCountName` (Go `VastaiConfig`, `BirenConfig`)."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     resource_count_name: str = Field("", alias="resourceCountName")
 
