@@ -48,7 +48,6 @@ from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import chip_keys, vendor_resources
 from dra_driver.engine.vendor_backends.ascend_chips import (
     HAMI_DEFAULT_SECTION,
-    INT32_MAX,
     VnpuChip,
     VnpusConfig,
 )
@@ -63,7 +62,7 @@ from dra_driver.engine.vendor_backends.base import (
     engine_device,
 )
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
-from dra_driver.engine.vendor_backends.reading import resource_value
+from dra_driver.engine.vendor_backends.reading import INT32_MAX, resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pydantic import Field, field_validator
 
 from dra_driver.engine.vendor_backends.adapters import ConfigSection
+from dra_driver.engine.vendor_backends.reading import INT32_MAX
 
-INT32_MAX = (1 << 31) - 1
 MIB = 1 << 20
 FULL_CHIP_CORES = 100
 

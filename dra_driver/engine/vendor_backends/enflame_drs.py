@@ -42,7 +42,7 @@ from dra_driver.engine.vendor_backends.base import (
     annotations_of,
 )
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
-from dra_driver.engine.vendor_backends.reading import resource_value
+from dra_driver.engine.vendor_backends.reading import INT32_MAX, resource_value
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
@@ -64,7 +64,6 @@ BY_SLICES = 0
 """`memory_percent` of a request that names a slice count (`memory_mib` holds it)."""
 BY_SPEC = -1
 """`memory_percent` of a request by memory (GB or MiB) and core percent."""
-INT32_MAX = (1 << 31) - 1
 MODE_NOT_FIT = "ModeNotFit"
 """HAMi's reason when no DRS profile holds the request (common.ModeNotFit)."""
 
