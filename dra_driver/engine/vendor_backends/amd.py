@@ -39,7 +39,12 @@ from dra_driver.engine.vendor_backends.base import (
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
-from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, limit_value
+from dra_driver.engine.vendor_backends.reading import (
+    INT32_MAX,
+    as_int64,
+    limit_value,
+    request_count,
+)
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
@@ -78,8 +83,8 @@ def read_amd_request(
     core percentage 1..100 (default 100), all from limits; any of them out of
     range (or not a whole number) drops the request. The percentage field is 0."""
     names = adapter.resources
-    count = as_int64(limit_value(container, names.count))
-    if count is None or not 0 < count <= INT32_MAX:
+    count = request_count(limit_value(container, names.count))
+    if count is None:
         return None
 
     def drop(name: str, raw: Any, allowed: str) -> None:

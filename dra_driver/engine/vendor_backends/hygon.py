@@ -23,7 +23,12 @@ from api.hami_annotations import RegisteredDevice, decode_node_devices_legacy
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
-from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, resource_value
+from dra_driver.engine.vendor_backends.reading import (
+    INT32_MAX,
+    as_int64,
+    request_count,
+    resource_value,
+)
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.objects.pod_workloads import vendor_filters
 
@@ -78,8 +83,8 @@ def read_dcu_request(
     core value that is not a whole number is ignored (no memory: the whole
     card by percentage; no cores: 100)."""
     names = adapter.resources
-    count = as_int64(resource_value(container, names.count))
-    if count is None or not 0 < count <= INT32_MAX:
+    count = request_count(resource_value(container, names.count))
+    if count is None:
         return None
 
     def drop(resource: str, raw: Any, why: str) -> None:

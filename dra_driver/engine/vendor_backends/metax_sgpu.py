@@ -61,7 +61,12 @@ from dra_driver.engine.vendor_backends.metax_sgpu_fit import (
     sgpu_score,
     share_tag,
 )
-from dra_driver.engine.vendor_backends.reading import INT32_MAX, as_int64, limit_value
+from dra_driver.engine.vendor_backends.reading import (
+    INT32_MAX,
+    as_int64,
+    limit_value,
+    request_count,
+)
 from dra_driver.engine.vendors import VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
@@ -132,8 +137,8 @@ def read_sgpu_request(
     value that is not a whole number keeps it) and memory, all from limits. Out
     of range drops the request. No memory means the whole card (100 %)."""
     names = adapter.resources
-    count = as_int64(limit_value(container, names.count))
-    if count is None or not 0 < count <= INT32_MAX:
+    count = request_count(limit_value(container, names.count))
+    if count is None:
         return None
 
     def drop(name: str, raw: Any) -> None:

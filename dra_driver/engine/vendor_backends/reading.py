@@ -58,6 +58,13 @@ def as_int64(raw: Any) -> int | None:
     return int(value)
 
 
+def request_count(raw: Any) -> int | None:
+    """A device count HAMi's vendors accept (AMD, Hygon, Metax sGPU): a whole number
+    in 1..MaxInt32; None for anything else, which drops the request."""
+    count = as_int64(raw)
+    return count if count is not None and 0 < count <= INT32_MAX else None
+
+
 def read_sized_request(
     vendor: VendorAdapter,
     container: Mapping[str, Any],
