@@ -91,6 +91,12 @@ class ConfigSection(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
 
+class PinnedSection(ConfigSection):
+    """A section whose resource names must be HAMi's defaults, because the backend
+    serves only those (AWS Neuron, Enflame DRS, Kunlun): each field is a Literal
+    of its default, so a section naming another resource is refused."""
+
+
 class ResourceSection(ConfigSection):
     """A config section naming a vendor's count, memory and core resources (HAMi's
     `resourceCountName`, `resourceMemoryName`, `resourceCoreName`); a key left out

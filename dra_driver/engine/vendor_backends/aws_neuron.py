@@ -25,7 +25,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import PinnedSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -342,10 +342,8 @@ class AwsNeuronBackend(VendorBackend):
         return result
 
 
-class AwsNeuronConfig(ConfigSection):
-    """The `awsneuron:` section of device-config.yaml (HAMi's keys). The resource
-    names are HAMi's defaults; a section naming others is refused, since the
-    backend serves only those."""
+class AwsNeuronConfig(PinnedSection):
+    """The `awsneuron:` section of device-config.yaml (HAMi's keys)."""
 
     resource_count_name: Literal[DEVICE_RESOURCE] = Field(
         DEVICE_RESOURCE, alias="resourceCountName"

@@ -29,7 +29,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import PinnedSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -407,10 +407,8 @@ def _slot_view(device: Device) -> Slot:
     return Slot(device, 0, 0, 0)
 
 
-class EnflameConfig(ConfigSection):
-    """The `enflame:` section of device-config.yaml (HAMi's keys). The resource
-    names are HAMi's defaults; a section naming others is refused, since the
-    backend serves only those."""
+class EnflameConfig(PinnedSection):
+    """The `enflame:` section of device-config.yaml (HAMi's keys)."""
 
     resource_name_drs_gcu: Literal[SLICE_RESOURCE] = Field(
         SLICE_RESOURCE, alias="resourceNameDRSGCU"

@@ -31,7 +31,7 @@ from dra_driver.engine import reasons
 from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import ContainerRequest, DeviceFilters, DeviceRequest
-from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
+from dra_driver.engine.vendor_backends.adapters import PinnedSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
     NO_LOCK,
     NO_MUTATION,
@@ -425,10 +425,8 @@ class KunlunVxpuBackend(VendorBackend):
         )
 
 
-class KunlunConfig(ConfigSection):
-    """The `kunlun:` section of device-config.yaml (HAMi's keys). The resource
-    names are HAMi's defaults; a section naming others is refused, since the
-    backend serves only those."""
+class KunlunConfig(PinnedSection):
+    """The `kunlun:` section of device-config.yaml (HAMi's keys)."""
 
     resource_count_name: Literal[WHOLE_COUNT] = Field(WHOLE_COUNT, alias="resourceCountName")
     resource_v_count_name: Literal[VXPU_COUNT] = Field(VXPU_COUNT, alias="resourceVCountName")
