@@ -10,7 +10,7 @@ import posixpath
 from dataclasses import dataclass
 
 # HAMi-core's opt-out variables, re-exported: defined below libvgpu, where status reads them.
-from dra_driver.objects.enforcement_env import CORE_POLICY_ENV, DISABLE_CONTROL_ENV  # noqa: F401
+from dra_driver.objects.enforcement_env import CORE_POLICY_ENV, DISABLE_CONTROL_ENV
 from dra_driver.objects.tamper_rules import GuardedPaths
 
 LIBRARY_NAME = "libvgpu.so"
@@ -33,6 +33,10 @@ container library path."""
 PINNED_ENV = (SHARED_CACHE_ENV, REDIRECT_ENV)
 """Single variables (besides the limit families) set from the share and never the
 container's own: the legacy webhook refuses a GPU container that sets one."""
+LIMIT_ENV_FAMILIES = (MEMORY_LIMIT_ENV, SM_LIMIT_ENV)
+"""Each name and every `<name>_<i>` is set from the allocation."""
+OPT_OUT_ENV = (DISABLE_CONTROL_ENV, CORE_POLICY_ENV)
+"""Variables that switch HAMi-core's enforcement off: an administrator's decision."""
 
 
 @dataclass(frozen=True)

@@ -20,28 +20,22 @@ from typing import Any
 
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
 from libvgpu.settings import (
-    CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
-    MEMORY_LIMIT_ENV,
-    REDIRECT_ENV,
-    SHARED_CACHE_ENV,
-    SM_LIMIT_ENV,
+    LIMIT_ENV_FAMILIES,
+    OPT_OUT_ENV,
+    PINNED_ENV,
     TASK_PRIORITY_ENV,
 )
 from simulator.attempts import Outcome
 
-SINGLE_KNOBS = frozenset(
-    {DISABLE_CONTROL_ENV, CORE_POLICY_ENV, SHARED_CACHE_ENV, TASK_PRIORITY_ENV, REDIRECT_ENV}
-)
-KNOB_FAMILIES = (MEMORY_LIMIT_ENV, SM_LIMIT_ENV)
-"""Global as is, per device ordinal with a `_<i>` suffix."""
+SINGLE_KNOBS = frozenset({*OPT_OUT_ENV, *PINNED_ENV, TASK_PRIORITY_ENV})
 CONTAINER_KINDS = ("initContainers", "containers")
 
 
 def is_hamicore_variable(name: str) -> bool:
     """Whether HAMi-core reads `name` to set or lift a limit."""
     return name in SINGLE_KNOBS or any(
-        name == family or name.startswith(f"{family}_") for family in KNOB_FAMILIES
+        name == family or name.startswith(f"{family}_") for family in LIMIT_ENV_FAMILIES
     )
 
 

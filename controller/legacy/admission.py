@@ -61,9 +61,9 @@ from libvgpu.settings import (
     CONTAINER_LIBRARY_PATH,
     CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
-    MEMORY_LIMIT_ENV,
+    LIMIT_ENV_FAMILIES,
+    OPT_OUT_ENV,
     PINNED_ENV,
-    SM_LIMIT_ENV,
     TASK_PRIORITY_ENV,
     LibvgpuPaths,
     guarded_paths,
@@ -71,10 +71,6 @@ from libvgpu.settings import (
 
 DEFAULT_SCHEDULER = "default-scheduler"
 PRELOAD_ENV = "LD_PRELOAD"
-LIMIT_ENV_FAMILIES = (MEMORY_LIMIT_ENV, SM_LIMIT_ENV)
-"""Each name and every `<name>_<i>` is set by the device plugin from the allocation."""
-OPT_OUT_ENV = (DISABLE_CONTROL_ENV, CORE_POLICY_ENV)
-"""Variables that switch HAMi-core's enforcement off: an administrator's decision."""
 _PATHS = LibvgpuPaths()
 PROTECTED_PATHS = (
     _PATHS.container_library_path,
