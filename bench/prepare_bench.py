@@ -1,11 +1,15 @@
-"""Kubelet plugin prepare latency and throughput, over the real sockets.
+"""Kubelet plugin prepare latency, flat in the number of claims already prepared.
 
 The plugin (mock GPUs), the API emulator and the kubelet stand-in run in this
 process; each prepare includes the claim GET over loopback HTTP, the
-checkpoint writes (fsync) and the CDI spec write. Target here: single-claim
-p99 <= 20 ms and >= 200 prepares/s with 100 concurrent claims.
+checkpoint writes (fsync) and the CDI spec write. For each `--prepared` count
+a fresh node gets that many claims prepared first (8 GPUs, split count large
+enough for them all), then single-claim prepares are timed one after another
+on top (each unprepared again, untimed, so the count stays put), then a burst
+of concurrent claims. Issue 20's target: p99 with 500 prepared no worse than
+with 5; single-claim p99 <= 20 ms and >= 200 prepares/s with 100 concurrent.
 
-    .venv/bin/python bench/prepare_bench.py [--claims 200] [--concurrency 100]
+    .venv/bin/python bench/prepare_bench.py [--prepared 5 500] [--samples 200] [--concurrency 100]
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -24,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from dra_driver.kube.rest import KubeClient, object_path
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
+from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
 from simulator.apiserver import APIServer
@@ -32,6 +38,19 @@ from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASetti
 DRIVER = "vgpu.hami.io"
 NODE = "node-a"
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
+GPUS = 8
+PREPARE_BATCH = 50
+"""Claims per NodePrepareResources call while filling the node."""
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    prepared: int
+    p50_ms: float
+    p99_ms: float
+    samples: int
+    burst: int
+    burst_per_s: float
 
 
 def allocation(device: str) -> dict:
@@ -74,17 +93,16 @@ async def make_claims(client: KubeClient, prefix: str, count: int) -> list[Claim
         )
         await client.patch(
             object_path(CLAIMS, name) + "/status",
-            {"status": {"allocation": allocation(f"gpu-{number % 8}")}},
+            {"status": {"allocation": allocation(f"gpu-{number % GPUS}")}},
         )
         claims.append(ClaimRef("default", created["metadata"]["uid"], name))
     return claims
 
 
-async def main(args: argparse.Namespace) -> None:
-    root = Path(tempfile.mkdtemp(prefix="vgpu-bench-", dir="/tmp"))
+def node_settings(root: Path, split_count: int) -> PluginSettings:
     gpus = "".join(
         f"  - {{uuid: GPU-00000000-0000-0000-0000-00000000000{i}, index: {i}, memory: 80Gi}}\n"
-        for i in range(8)
+        for i in range(GPUS)
     )
     (root / "gpus.yaml").write_text("gpus:\n" + gpus)
     (root / "boot_id").write_text("bench\n")
@@ -93,8 +111,9 @@ async def main(args: argparse.Namespace) -> None:
     (root / "vgpu" / "libvgpu.so").write_bytes(b"\x7fELF")
     (root / "vgpu" / "ld.so.preload").write_text("/usr/local/vgpu/libvgpu.so\n")
     (root / "vgpulock").mkdir()
-    settings = PluginSettings(
+    return PluginSettings(
         node_name=NODE,
+        slices=SliceSettings(split_count=split_count),
         registry_dir=root / "registry",
         plugin_dir=root / "plugin",
         cdi_dir=root / "cdi",
@@ -109,6 +128,21 @@ async def main(args: argparse.Namespace) -> None:
             self_mountinfo=str(root / "mountinfo"), mountinfo_glob=str(root / "none-*")
         ),
     )
+
+
+async def prepare_all(kubelet: KubeletDRA, claims: list[ClaimRef]) -> None:
+    for start in range(0, len(claims), PREPARE_BATCH):
+        batch = claims[start : start + PREPARE_BATCH]
+        response = await kubelet.prepare(DRIVER, batch)
+        errors = [response.claims[c.uid].error for c in batch if response.claims[c.uid].error]
+        assert not errors, errors[:3]
+
+
+async def measure(prepared: int, samples: int, concurrency: int) -> Figures:
+    """One fresh node: `prepared` claims first, then the timed prepares on top."""
+    root = Path(tempfile.mkdtemp(prefix="vgpu-bench-", dir="/tmp"))
+    split_count = -(-(prepared + max(samples, concurrency) + 1) // GPUS)
+    settings = node_settings(root, max(split_count, 10))
     try:
         async with APIServer() as server:
             client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
@@ -119,15 +153,16 @@ async def main(args: argparse.Namespace) -> None:
             kubelet = KubeletDRA(KubeletDRASettings(NODE, root / "registry"), None)
             async with kubelet, plugin:
                 await kubelet.wait_registered(DRIVER)
-                single = await make_claims(client, "single", args.claims)
+                await prepare_all(kubelet, await make_claims(client, "held", prepared))
+                single = await make_claims(client, "single", samples)
                 latencies = []
                 for claim in single:
                     began = time.perf_counter()
                     response = await kubelet.prepare(DRIVER, [claim])
                     latencies.append(time.perf_counter() - began)
-                    assert response.claims[claim.uid].error == ""
-                await kubelet.unprepare(DRIVER, single)
-                burst = await make_claims(client, "burst", args.concurrency)
+                    assert response.claims[claim.uid].error == "", response.claims[claim.uid]
+                    await kubelet.unprepare(DRIVER, [claim])
+                burst = await make_claims(client, "burst", concurrency)
                 began = time.perf_counter()
                 responses = await asyncio.gather(
                     *(kubelet.prepare(DRIVER, [claim]) for claim in burst)
@@ -141,17 +176,34 @@ async def main(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     latencies.sort()
-    p50 = statistics.median(latencies) * 1000
-    p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000
-    print(f"single-claim prepare over gRPC (n={len(latencies)}): p50={p50:.2f} ms p99={p99:.2f} ms")
-    print(
-        f"{args.concurrency} concurrent claims: {elapsed * 1000:.0f} ms total, "
-        f"{args.concurrency / elapsed:.0f} prepares/s"
+    return Figures(
+        prepared,
+        statistics.median(latencies) * 1000,
+        latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+        len(latencies),
+        concurrency,
+        concurrency / elapsed,
     )
+
+
+async def main(args: argparse.Namespace) -> None:
+    results = [await measure(n, args.samples, args.concurrency) for n in args.prepared]
+    print(f"single-claim prepare over gRPC, sequential, {args.samples} samples per row")
+    print(f"{'prepared':>9} {'p50 ms':>8} {'p99 ms':>8} {f'{args.concurrency} concurrent/s':>18}")
+    for row in results:
+        print(f"{row.prepared:>9} {row.p50_ms:>8.2f} {row.p99_ms:>8.2f} {row.burst_per_s:>18.0f}")
+    base = results[0]
+    for row in results[1:]:
+        print(
+            f"ratio {row.prepared}/{base.prepared} prepared: p50 x{row.p50_ms / base.p50_ms:.2f}, "
+            f"p99 x{row.p99_ms / base.p99_ms:.2f}, "
+            f"concurrent x{row.burst_per_s / base.burst_per_s:.2f}"
+        )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--claims", type=int, default=200)
+    parser.add_argument("--prepared", type=int, nargs="+", default=[5, 500])
+    parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=100)
     asyncio.run(main(parser.parse_args()))
