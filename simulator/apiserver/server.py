@@ -30,8 +30,9 @@ from multidict import CIMultiDict
 
 from dra_driver.process.runtime import wait_event
 
-from . import audit, discovery
+from . import discovery
 from .admission_policies import RequestContext
+from .audit import WriteAudit
 from .authentication import KUBECONFIG_TOKEN, TOKEN_REVIEWS_PATH, Tokens, bearer_token
 from .cluster import Cluster
 from .controllers import Controllers
@@ -109,7 +110,8 @@ def _bookmark(resource: ResourceType, rv: int) -> dict[str, Any]:
 
 class APIServer:
     """An in-process kube-apiserver on loopback HTTP; `faults` is the fault-injection handle,
-    `tokens` issues the bearer tokens its TokenReview vouches for."""
+    `tokens` issues the bearer tokens its TokenReview vouches for, `audit` counts the
+    writes each client sent (audit.WriteAudit)."""
 
     def __init__(
         self, settings: APIServerSettings | None = None, registry: Registry | None = None
@@ -118,6 +120,7 @@ class APIServer:
         self.registry = registry or Registry()
         self.faults = FaultInjector()
         self.tokens = Tokens()
+        self.audit = WriteAudit()
         self._storage: Storage | None = None
         self._cluster: Cluster | None = None
         self._controllers: Controllers | None = None
@@ -223,6 +226,7 @@ class APIServer:
         try:
             return await self._dispatch(request)
         except ApiError as error:
+            self.audit.refused(request)
             return _error_response(error)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
@@ -250,9 +254,7 @@ class APIServer:
 
     async def _token_review(self, request: web.Request) -> web.Response:
         """Who a bearer token is (a create that stores nothing, answered 201 like the real one)."""
-        audit.record(
-            request.headers.get("User-Agent", ""), "create", "authentication.k8s.io", "tokenreviews"
-        )
+        self.audit.request(request, "create", "authentication.k8s.io", "tokenreviews")
         return _json_response(self.tokens.review(await self._body(request)), status=201)
 
     @staticmethod
@@ -362,7 +364,7 @@ class APIServer:
         method = request.method
         watch = method == "GET" and query.get("watch") in _TRUE
         verb = "watch" if watch else _COLLECTION_VERBS.get(method, method.lower())
-        audit.record(request.headers.get("User-Agent", ""), verb, resource.group, resource.plural)
+        self.audit.request(request, verb, resource.group, resource.plural)
         if method == "GET":
             labels, fields = self._selectors(resource, query)
             if watch:
@@ -427,13 +429,7 @@ class APIServer:
         method = request.method
         cluster = self.cluster
         verb = _ITEM_VERBS.get(method, method.lower())
-        audit.record(
-            request.headers.get("User-Agent", ""),
-            verb,
-            resource.group,
-            resource.plural,
-            subresource,
-        )
+        self.audit.request(request, verb, resource.group, resource.plural, subresource)
         if subresource in ("binding", "eviction"):
             if method != "POST":
                 raise method_not_allowed(method)

@@ -20,6 +20,7 @@ from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
 from dra_driver.process.runtime import cancel_and_wait
+from simulator.standins import user_agents
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,14 @@ class ClaimTemplateController:
     """Creates template claims for pods until `aclose`; errors retry on the next pod change."""
 
     def __init__(self, client: KubeClient) -> None:
-        self.client = client
-        self.pods = Informer(client, "/api/v1/pods", handlers=[self._on_pod])
+        # The caller's connection pool, but requests say kube-controller-manager.
+        self.client = KubeClient(
+            client.api_client,
+            client.request_timeout,
+            user_agent=user_agents.KUBE_CONTROLLER_MANAGER,
+            owns_session=False,
+        )
+        self.pods = Informer(self.client, "/api/v1/pods", handlers=[self._on_pod])
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 

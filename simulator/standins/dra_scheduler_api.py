@@ -23,6 +23,7 @@ from kubernetes.client.rest import ApiException
 
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.resource_api import DELETE_PROTECTION
+from simulator.standins import user_agents
 
 
 def api_message(error: ApiException) -> str:
@@ -37,8 +38,13 @@ class SchedulerAPI:
     """The core and resource.k8s.io clients of one stand-in, with its reads and writes."""
 
     def __init__(self, api_client: k8s.ApiClient) -> None:
-        self.core = k8s.CoreV1Api(api_client)
-        self.resource = k8s.ResourceV1Api(api_client)
+        # A client of its own on the caller's configuration, so the User-Agent is
+        # kube-scheduler's without changing the caller's client.
+        own = k8s.ApiClient(api_client.configuration)
+        own.user_agent = user_agents.KUBE_SCHEDULER
+        self.client = own
+        self.core = k8s.CoreV1Api(own)
+        self.resource = k8s.ResourceV1Api(own)
 
     async def read(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         """Call a client method off the loop and answer its JSON body undecoded."""
