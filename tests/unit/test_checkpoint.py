@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from kubeletplugin.checkpoint import (
     Checkpoint,
+    CheckpointEncoder,
     CheckpointError,
     CheckpointFile,
     ClaimRecord,
@@ -117,3 +118,24 @@ def test_a_checkpoint_left_at_the_legacy_path_is_moved(tmp_path: Path):
     moved = CheckpointFile(tmp_path / "state" / "checkpoint.json", "boot-1", legacy_path=legacy)
     assert moved.load().claims == {"u1": record()}
     assert moved.path.exists() and not legacy.exists()
+
+
+@given(names, st.lists(st.dictionaries(names, records, max_size=4), min_size=1, max_size=4))
+def test_the_incremental_encoder_writes_encode_checkpoints_bytes(boot_id, states):
+    """Each store re-encodes only changed records; what it writes must not depend on that."""
+    encoder = CheckpointEncoder()
+    for claims in states:
+        checkpoint = Checkpoint(boot_id, claims)
+        assert encoder.encode(checkpoint) == encode_checkpoint(checkpoint)
+
+
+def test_a_record_replaced_under_the_same_uid_is_encoded_anew(tmp_path: Path):
+    """A claim's record is replaced (PrepareStarted, then PrepareCompleted), never
+    mutated: the new object's content is what the file holds."""
+    file = CheckpointFile(tmp_path / "c.json", "b")
+    started = ClaimRecord("u1", "ns", "claim", PrepareState.STARTED)
+    file.store(Checkpoint("b", {"u1": started, "u2": record("u2")}))
+    file.store(Checkpoint("b", {"u1": record("u1"), "u2": record("u2")}))
+    assert file.load().claims == {"u1": record("u1"), "u2": record("u2")}
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    assert file.load().claims == {"u2": record("u2")}
