@@ -48,7 +48,12 @@ from simulator.standins.dra_allocator import (
     plan_allocation,
 )
 from simulator.standins.dra_scheduler_api import SchedulerAPI, api_message
-from simulator.standins.node_fit import claim_failure, fit_failure
+from simulator.standins.node_fit import (
+    CLAIM_NOT_ON_NODE,
+    deallocatable,
+    fit_failure,
+    unavailable_claims,
+)
 from simulator.standins.scheduler_extender import FilterResult, unschedulable_message
 
 log = logging.getLogger(__name__)
@@ -180,9 +185,15 @@ class DRAScheduler:
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         feasible: list[tuple[str, list[Pick]]] = []
+        unavailable: set[int] = set()
         for node in nodes:
             picks: list[Pick] = []
-            reason = claim_failure(node, claims)
+            reason = await self._fit(pod, node)
+            if reason is None:
+                missing = unavailable_claims(node, claims)
+                if missing:
+                    unavailable.update(missing)
+                    reason = CLAIM_NOT_ON_NODE, False
             if reason is None and unallocated:
                 planned = None
                 if context is not None:
@@ -196,14 +207,13 @@ class DRAScheduler:
                 else:
                     picks = planned
             if reason is None:
-                reason = await self._fit(pod, node)
-            if reason is None:
                 feasible.append((node["metadata"]["name"], picks))
             elif reason[1]:
                 failed[node["metadata"]["name"]] = reason[0]
             else:
                 unresolvable[node["metadata"]["name"]] = reason[0]
         if not feasible:
+            await self._post_filter(pod, [claims[i] for i in sorted(unavailable)])
             message = unschedulable_message(len(nodes), FilterResult([], failed, unresolvable))
             return await self._reject(pod, "Unschedulable", message)
         node_name, picks = feasible[0]
@@ -230,6 +240,23 @@ class DRAScheduler:
             return await self._reject(pod, "SchedulerError", message)
         await self.api.write_binding(pod, node_name)
         return SchedulingOutcome(node_name)
+
+    async def _post_filter(
+        self, pod: dict[str, Any], unavailable: Sequence[dict[str, Any]]
+    ) -> None:
+        """DynamicResources' PostFilter: deallocate ONE unavailable claim nobody else reserved,
+        so that it can be allocated again where the pod fits (an API error is logged: the
+        cycle ends Unschedulable either way)."""
+        for claim in unavailable:
+            if deallocatable(claim, pod["metadata"]["uid"]):
+                try:
+                    await self.api.write_deallocation(claim)
+                except ApiException as error:
+                    log.warning(
+                        "deallocating an unavailable claim failed",
+                        extra={"claim": claim["metadata"]["name"], "error": api_message(error)},
+                    )
+                return
 
     async def _allocation_context(
         self, unallocated: Sequence[dict[str, Any]]

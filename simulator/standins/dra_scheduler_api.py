@@ -114,6 +114,23 @@ class SchedulerAPI:
             _preload_content=False,
         )
 
+    async def write_deallocation(self, claim: dict[str, Any]) -> None:
+        """PostFilter's UpdateStatus: allocation, reservedFor and devices cleared, on the
+        resourceVersion that was read (a conflict means someone else changed it first)."""
+        status = {
+            k: v
+            for k, v in (claim.get("status") or {}).items()
+            if k not in ("allocation", "reservedFor", "devices")
+        }
+        metadata = claim["metadata"]
+        await asyncio.to_thread(
+            self.resource.replace_namespaced_resource_claim_status,
+            metadata["name"],
+            metadata["namespace"],
+            {**claim, "status": status},
+            _preload_content=False,
+        )
+
     async def write_binding(self, pod: dict[str, Any], node_name: str) -> None:
         """`pods/binding`: the pod is placed on the node."""
         metadata = pod["metadata"]

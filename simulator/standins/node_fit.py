@@ -1,10 +1,12 @@
 """The kube-scheduler stand-in's Filter predicates: does a pod fit a node.
 
-Owns the checks kube-scheduler runs per node besides allocating devices: an
-allocated claim the node cannot reach, an unschedulable node, an untolerated
-NoSchedule/NoExecute taint, the pod's node selector, and the pods/cpu/memory the
-node has left. Each answers the reason kube-scheduler reports and whether
-preemption could resolve it (which shapes the "preemption:" part of the message).
+Owns the checks kube-scheduler runs per node besides allocating devices, in the
+order of its default plugins: an unschedulable node, an untolerated
+NoSchedule/NoExecute taint, the pod's node selector, the pods/cpu/memory the node
+has left; then DynamicResources' check that the node can reach every allocated
+claim, and which of those claims PostFilter may deallocate. Each answers the reason
+kube-scheduler reports and whether preemption could resolve it (which shapes the
+"preemption:" part of the message).
 Pure over the objects given; it may call dra_driver.objects.node_predicates and
 the admission stand-in's quantity reader.
 """
@@ -64,14 +66,20 @@ def fit_failure(
     return None
 
 
-def claim_failure(
-    node: dict[str, Any], claims: Sequence[Mapping[str, Any]]
-) -> tuple[str, bool] | None:
-    """An allocated claim the node cannot reach (Filter's first check, before allocating)."""
-    for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation")
-        if allocation is not None and not node_selector_matches(
-            node, allocation.get("nodeSelector")
-        ):
-            return CLAIM_NOT_ON_NODE, False
-    return None
+def unavailable_claims(node: dict[str, Any], claims: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Indexes of the allocated claims whose nodeSelector excludes the node: DynamicResources'
+    Filter, which runs after the node's other predicates passed; a non-empty answer fails the
+    node with CLAIM_NOT_ON_NODE (UnschedulableAndUnresolvable) and makes those claims
+    candidates for PostFilter's deallocation."""
+    return [
+        index
+        for index, claim in enumerate(claims)
+        if (allocation := (claim.get("status") or {}).get("allocation")) is not None
+        and not node_selector_matches(node, allocation.get("nodeSelector"))
+    ]
+
+
+def deallocatable(claim: Mapping[str, Any], pod_uid: str) -> bool:
+    """PostFilter may clear the claim: reserved by nobody, or only by the pod itself."""
+    reserved = (claim.get("status") or {}).get("reservedFor") or []
+    return not reserved or (len(reserved) == 1 and reserved[0].get("uid") == pod_uid)

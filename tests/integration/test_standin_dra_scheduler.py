@@ -173,11 +173,11 @@ async def test_a_pod_that_does_not_fit_keeps_its_claim_allocated(api: client.Api
     stored_pod, claim = await read_pod_and_claim(api, "big")
 
     assert outcome.reason == "Unschedulable"
+    # Insufficient cpu fails both nodes before DynamicResources' Filter runs, so no claim
+    # is unavailable and PostFilter leaves the allocation alone (verified on kube-scheduler).
     assert outcome.message == (
-        "0/2 nodes are available: 1 Insufficient cpu, 1 resourceclaim not available on the "
-        "node. no new claims to deallocate, preemption: 0/2 nodes are available: "
-        "1 No preemption victims found for incoming pod, 1 Preemption is not helpful for "
-        "scheduling."
+        "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, "
+        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     )
     condition = stored_pod["status"]["conditions"][-1]
     assert (condition["type"], condition["status"], condition["reason"]) == (
@@ -190,6 +190,72 @@ async def test_a_pod_that_does_not_fit_keeps_its_claim_allocated(api: client.Api
     )
     assert "reservedFor" not in claim["status"]
     assert "nodeName" not in stored_pod["spec"]
+
+
+TAINT = {"key": "gpu", "value": "broken", "effect": "NoSchedule"}
+
+
+async def setup_tainted(api: client.ApiClient, pod_body: dict[str, Any]) -> None:
+    """node-a tainted, node-b not: the pod's claim, allocated on node-a, reaches only node-a."""
+    core = client.CoreV1Api(api)
+    for body in (node("node-a", taints=[TAINT]), node("node-b")):
+        await call(core.create_node, body)
+    await asyncio.to_thread(wait_schedulable, api, "node-b")
+    await create_claim(api, f"{pod_body['metadata']['name']}-claim", allocation("node-a"))
+    await call(core.create_namespaced_pod, NAMESPACE, pod_body)
+
+
+async def reserve(api: client.ApiClient, claim_name: str, pod_name: str, uid: str) -> None:
+    resources = client.ResourceV1Api(api)
+    claim = await call(resources.read_namespaced_resource_claim, claim_name, NAMESPACE)
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": pod_name, "uid": uid}]
+    await call(resources.replace_namespaced_resource_claim_status, claim_name, NAMESPACE, claim)
+
+
+async def test_post_filter_deallocates_a_claim_unavailable_where_the_pod_otherwise_fits(
+    api: client.ApiClient,
+) -> None:
+    await setup_tainted(api, pod("moved"))
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "moved")
+    stored_pod, claim = await read_pod_and_claim(api, "moved")
+
+    assert outcome.reason == "Unschedulable"
+    assert outcome.message.startswith(
+        "0/2 nodes are available: 1 node(s) had untolerated taint {gpu: broken}, "
+        "1 resourceclaim not available on the node."
+    )
+    assert stored_pod["status"]["conditions"][-1]["message"] == outcome.message
+    assert "nodeName" not in stored_pod["spec"]
+    assert {"allocation", "reservedFor", "devices"}.isdisjoint(claim.get("status") or {})
+
+
+async def test_post_filter_deallocates_a_claim_reserved_only_by_the_pod(
+    api: client.ApiClient,
+) -> None:
+    await setup_tainted(api, pod("mine"))
+    stored_pod, _ = await read_pod_and_claim(api, "mine")
+    await reserve(api, "mine-claim", "mine", stored_pod["metadata"]["uid"])
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "mine")
+    _, claim = await read_pod_and_claim(api, "mine")
+
+    assert outcome.reason == "Unschedulable"
+    assert {"allocation", "reservedFor"}.isdisjoint(claim.get("status") or {})
+
+
+async def test_post_filter_keeps_a_claim_another_pod_reserved(api: client.ApiClient) -> None:
+    await setup_tainted(api, pod("shared"))
+    await reserve(api, "shared-claim", "other", "0b7e3d4c-1f2a-4b5c-8d9e-0a1b2c3d4e5f")
+
+    outcome = await DRAScheduler(api).schedule(NAMESPACE, "shared")
+    _, claim = await read_pod_and_claim(api, "shared")
+
+    assert outcome.reason == "Unschedulable"
+    assert without_timestamp(claim["status"]["allocation"]) == (
+        without_timestamp(allocation("node-a"))
+    )
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["other"]
 
 
 async def test_an_unallocated_claim_is_never_allocated_here(api: client.ApiClient) -> None:
@@ -272,3 +338,23 @@ def test_fit_predicates(
     expected: tuple[str, bool] | None,
 ) -> None:
     assert fit_failure(candidate, target, others) == expected
+
+
+async def test_a_claim_reserved_for_the_pod_costs_only_the_binding(tmp_path: Path) -> None:
+    """The controller wrote allocation and reservation: PreBind writes nothing to the claim."""
+    async with APIServer() as server:
+        api = config.new_client_from_config(
+            config_file=str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        )
+        try:
+            await setup(api, pod("ready"), allocation("node-b"))
+            stored_pod, _ = await read_pod_and_claim(api, "ready")
+            await reserve(api, "ready-claim", "ready", stored_pod["metadata"]["uid"])
+            server.audit.reset()
+
+            outcome = await DRAScheduler(api).schedule(NAMESPACE, "ready")
+            counts = server.audit.write_counts()
+        finally:
+            api.close()
+    assert outcome.node == "node-b"
+    assert counts == {"kube-scheduler": {"pods/binding": 1}}
