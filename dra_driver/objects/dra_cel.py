@@ -34,6 +34,7 @@ from celpy.evaluation import CELEvalError
 
 from api.quantity import INT64_MAX, QuantityError, parse_quantity
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_cel_shapes import ShapeAnswer, shape_answer
 
 DEVICE_FIELDS = frozenset({"driver", "attributes", "capacity", "allowMultipleAllocations"})
 _MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
@@ -490,13 +491,23 @@ def _check_declarations(expression: str, tree: lark.Tree) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CompiledSelector:
-    """A checked expression, ready to evaluate against devices."""
+    """A checked expression, ready to evaluate against devices; `shape` answers the
+    common selector shapes without cel-python (dra_cel_shapes.py)."""
 
     expression: str
     program: Any
+    shape: ShapeAnswer | None = None
 
     def matches(self, device: CelDevice) -> bool:
         """Whether the device is selected; CelEvaluationError when the expression fails."""
+        if self.shape is not None:
+            known = self.shape(device.driver, device.attributes)
+            if known is not None:
+                return known
+        return self.cel_matches(device)
+
+    def cel_matches(self, device: CelDevice) -> bool:
+        """`matches`, always through cel-python."""
         try:
             result = self.program.evaluate(_activation(device))
         except CELEvalError as error:
@@ -525,7 +536,8 @@ def compile_selector(expression: str) -> CompiledSelector:
     except CELParseError as error:
         raise _syntax_error(expression, error) from error
     _check_declarations(expression, tree)
-    return CompiledSelector(expression, _ENVIRONMENT.program(tree, functions=_FUNCTIONS))
+    program = _ENVIRONMENT.program(tree, functions=_FUNCTIONS)
+    return CompiledSelector(expression, program, shape_answer(expression))
 
 
 class SelectorCache:
