@@ -148,7 +148,13 @@ class Quantity:
 
     @classmethod
     def parse(cls, text: str) -> Quantity:
-        return cls(parse_quantity(text))
+        return _parsed_quantity(text)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_quantity(text: str) -> Quantity:
+    """Every device of a slice publishes the same few capacities: parse each text once."""
+    return Quantity(parse_quantity(text))
 
 
 # ---- the functions selectors may call ------------------------------------------------
@@ -314,6 +320,7 @@ class CelDevice:
     allow_multiple_allocations: bool
 
 
+@lru_cache(maxsize=4096)
 def _split_name(name: str, driver: str) -> tuple[str, str]:
     """`dom/name` splits; a bare name belongs to the driver's domain, as in Kubernetes."""
     domain, slash, rest = name.rpartition("/")
