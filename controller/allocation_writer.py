@@ -1,17 +1,20 @@
-"""Writing a pod's decided allocations, and taking allocations back, as tasks.
+"""Writing a pod's decided allocations, reservations and taking allocations back, as tasks.
 
 The decision loop charges an allocation to the engine and marks it pending in
 the view before calling `write_pod`, so it never waits on the API. The writes
 run concurrently (at most `write_concurrency` pods at once), each pod's claims
-in order; if one fails, the ones already written are taken back and the pod is
-retried after a jittered backoff. In mixed mode a pod's writes hold the node's
-lock (node_guard.py), and a lock held by another or a legacy share that took the
-room fails them the same way. Each completed write is adopted into the view
-before the watch shows it. `ClaimWriter` (claim_writes.py) makes the API calls.
+in order, each claim's allocation with the pod's reservation in one write; if
+one fails, the ones already written are taken back and the pod is retried
+after a jittered backoff. A pod of already allocated shared claims is added to
+their reservations (`reserve_pod`), as kube-scheduler's PreBind would. In
+mixed mode a pod's writes hold the node's lock (node_guard.py), and a lock
+held by another or a legacy share that took the room fails them the same way.
+Each completed write is adopted into the view before the watch shows it.
+`ClaimWriter` (claim_writes.py) makes the API calls.
 
-Owns: the write and clean-up tasks and the semaphore. Calls: ClaimWriter, the
-view (adopt, pending), the work queue (in flight, retry), the pod placements
-(condition as of our write), metrics.
+Owns: the write, reservation and clean-up tasks and the semaphore. Calls:
+ClaimWriter, the view (adopt, pending, clearing), the work queue (in flight,
+retry), the pod placements (condition as of our write), metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from controller.allocation import describe_results
-from controller.claim_writes import ClaimWriter
+from controller.claim_writes import ClaimWriter, Reservation
 from controller.cluster_view import ClusterView
 from controller.metrics import ControllerMetrics
 from controller.node_guard import LegacyShareTakenError, NodeGuard, NoNodeGuard
@@ -51,6 +54,8 @@ HELD_BACK: dict[type[DriverError], str] = {
 
 ClaimWrites = list[tuple[dict[str, Any], dict[str, Any]]]
 """A pod's claims, each with the allocation to write, in the order they are written."""
+RESERVE_RETRY_S = 0.5
+"""After a failed reservation the pod is synced again this much later (jittered)."""
 
 
 class AllocationWriter:
@@ -83,10 +88,21 @@ class AllocationWriter:
         """Writes and clean-ups still running (cancelled when the controller stops)."""
         self._semaphore = asyncio.Semaphore(concurrency)
 
-    def write_pod(self, key: str, writes: ClaimWrites) -> None:
-        """Write the pod's allocations in a task; the key is in flight until it ends."""
+    def write_pod(self, key: str, writes: ClaimWrites, reservation: Reservation | None) -> None:
+        """Write the pod's allocations (each with `reservation`, None for a standalone
+        claim) in a task; the key is in flight until it ends."""
         self.queue.start(key)
-        self._track(asyncio.create_task(self._write_pod(key, writes), name=f"allocate {key}"))
+        self._track(
+            asyncio.create_task(self._write_pod(key, writes, reservation), name=f"allocate {key}")
+        )
+
+    def reserve_pod(self, key: str, claims: list[dict[str, Any]], reservation: Reservation) -> None:
+        """Add the pod to the reservations of its allocated claims, one write per claim,
+        in a task; the key is in flight until it ends."""
+        self.queue.start(key)
+        self._track(
+            asyncio.create_task(self._reserve_pod(key, claims, reservation), name=f"reserve {key}")
+        )
 
     def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
         """Run a clean-up in a task; an API failure is logged (the sweeper tries again)."""
@@ -99,9 +115,15 @@ class AllocationWriter:
 
         self._track(asyncio.create_task(guarded(), name=name))
 
-    async def clear_allocation(self, claim: dict[str, Any]) -> None:
-        """Take an allocation back (unless a pod reserved it meanwhile) and free it here."""
-        stored = await self.writer.deallocate(claim)
+    async def clear_allocation(self, claim: dict[str, Any], pod_uid: str = "") -> None:
+        """Take an allocation back (unless a pod other than `pod_uid` reserved it
+        meanwhile) and free it here."""
+        key = object_key(claim)
+        self.view.clearing.add(key)
+        try:
+            stored = await self.writer.deallocate(claim, pod_uid)
+        finally:
+            self.view.clearing.discard(key)
         if stored is not None:
             self.view.adopt_cleared(stored)
             self.queue.changed()
@@ -110,13 +132,16 @@ class AllocationWriter:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _write_pod(self, key: str, writes: ClaimWrites) -> None:
+    async def _write_pod(
+        self, key: str, writes: ClaimWrites, reservation: Reservation | None
+    ) -> None:
         written: list[dict[str, Any]] = []
+        pod_uid = str(reservation.get("uid")) if reservation is not None else ""
         try:
             node = allocated_node({"status": {"allocation": writes[0][1]}}) if writes else None
             async with self._semaphore, self.guard.hold(node, [c for c, _ in writes]):
                 for claim, allocation in writes:
-                    stored = await self.writer.allocate(claim, allocation)
+                    stored = await self.writer.allocate(claim, allocation, reservation)
                     self.view.adopt(stored)
                     written.append(stored)
                     self.metrics.allocations.inc()
@@ -140,7 +165,7 @@ class AllocationWriter:
             self._tell_held_back(writes, error)
             for stored in written:
                 with contextlib.suppress(DriverError):
-                    await self.clear_allocation(stored)
+                    await self.clear_allocation(stored, pod_uid)
             self.queue.enqueue(key, jittered(self.retry_initial_s))
         finally:
             for claim, _ in writes:
@@ -149,6 +174,31 @@ class AllocationWriter:
             if len(written) < len(writes):
                 self.view.mark_usage_stale()
                 self.queue.changed()
+            self.queue.poke()
+
+    async def _reserve_pod(
+        self, key: str, claims: list[dict[str, Any]], reservation: Reservation
+    ) -> None:
+        try:
+            async with self._semaphore:
+                for claim in claims:
+                    stored = await self.writer.reserve(claim, reservation)
+                    if stored is None:
+                        log.info(
+                            "pod not added to a claim's reservations: left to kube-scheduler",
+                            extra={"pod": key, "claim": object_key(claim)},
+                        )
+                        return
+                    self.view.adopt(stored)
+            log.info(
+                "pod added to its claims' reservations",
+                extra={"pod": key, "claims": [object_key(c) for c in claims]},
+            )
+        except DriverError as error:
+            log.warning("reservation not written", extra={"pod": key, "error": str(error)})
+            self.queue.enqueue(key, jittered(RESERVE_RETRY_S))
+        finally:
+            self.queue.finish(key)
             self.queue.poke()
 
     def _tell_held_back(self, writes: ClaimWrites, error: DriverError) -> None:

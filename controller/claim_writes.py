@@ -1,19 +1,22 @@
-"""Writing a claim's allocation and taking it back: conditional API writes with retries.
+"""Writing a claim's allocation, adding a pod to it, taking it back: conditional API writes.
 
-Allocating is two writes, as kube-scheduler does: the
-`resource.kubernetes.io/delete-protection` finalizer on the claim (so
-kube-controller-manager deallocates it once its last pod is gone), then
-`status.allocation` through the status subresource. Both carry the
+Allocating is one status write: `status.allocation` and, for a pod, the pod in
+`status.reservedFor`, so kube-scheduler's PreBind finds the claim reserved and
+only binds (reference kubernetes-dra.md §2, "Checked later"). No
+`resource.kubernetes.io/delete-protection` finalizer: a status write cannot set
+it, so kube-controller-manager only drops reservations of gone pods and the
+controller clears what is left (sweeper.py). A further pod of a shared claim
+is appended to `reservedFor` the same way. Every write carries the
 resourceVersion that was read: a 409 means someone changed the claim, so it is
-read again and, if still unallocated, written again; 429/5xx/timeouts back off
-(doubling, jittered). Taking an allocation back clears `status.allocation`
-unless a pod reserved the claim meanwhile, then drops the finalizer.
+read again and written again if that still makes sense; 429/5xx/timeouts back
+off (doubling, jittered). Taking an allocation back clears `allocation`,
+`reservedFor` and `devices` together, unless a pod other than the one being
+moved reserved the claim meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,11 +26,27 @@ from controller.object_state import allocation_of, reservations_of
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
-from dra_driver.objects.resource_api import DELETE_PROTECTION, RESOURCE_API
+from dra_driver.objects.resource_api import RESOURCE_API
+
+MAX_RESERVATIONS = 256
+"""kube's limit on `status.reservedFor` entries (ResourceClaimReservedForMaxSize)."""
+
+Reservation = Mapping[str, Any]
+"""A `reservedFor` entry: {resource: pods, name, uid}."""
 
 
 def claim_path(namespace: str, name: str) -> str:
     return object_path(f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims", name)
+
+
+def pod_reservation(pod: Mapping[str, Any]) -> dict[str, str]:
+    """The `reservedFor` entry naming the pod, as kube-scheduler writes it."""
+    metadata = pod["metadata"]
+    return {"resource": "pods", "name": str(metadata["name"]), "uid": str(metadata.get("uid"))}
+
+
+def reserved_for(claim: Mapping[str, Any], uid: str) -> bool:
+    return any(r.get("uid") == uid for r in reservations_of(claim))
 
 
 class ClaimTakenError(DriverError):
@@ -50,21 +69,24 @@ class ClaimWriter:
         self.client = client
         self.settings = settings
 
-    async def allocate(self, claim: dict[str, Any], allocation: dict[str, Any]) -> dict[str, Any]:
-        """The stored claim with `allocation`; raises ClaimTakenError or the last API error."""
+    async def allocate(
+        self,
+        claim: dict[str, Any],
+        allocation: dict[str, Any],
+        reservation: Reservation | None,
+    ) -> dict[str, Any]:
+        """The stored claim with `allocation` (and `reservation` as its only `reservedFor`
+        entry, None for a standalone claim); raises ClaimTakenError or the last API error."""
         path = claim_path(claim["metadata"]["namespace"], claim["metadata"]["name"])
         current = claim
         last_error: DriverError = TransientError("no attempt made")
         for attempt in range(self.settings.attempts):
             if allocation_of(current) is not None:
                 raise ClaimTakenError(f"claim {claim_name(current)} was allocated meanwhile")
+            status = {**(current.get("status") or {}), "allocation": allocation}
+            if reservation is not None:
+                status["reservedFor"] = [dict(reservation)]
             try:
-                finalizers = list(current["metadata"].get("finalizers") or [])
-                if DELETE_PROTECTION not in finalizers:
-                    current = await self._set_finalizers(
-                        path, current, [*finalizers, DELETE_PROTECTION]
-                    )
-                status = {**(current.get("status") or {}), "allocation": allocation}
                 return await self.client.replace(f"{path}/status", {**current, "status": status})
             except ConflictError as error:
                 last_error = error
@@ -74,50 +96,67 @@ class ClaimWriter:
             current = await self._reread(path, current)
         raise last_error
 
-    async def deallocate(self, claim: dict[str, Any]) -> dict[str, Any] | None:
-        """Clear the allocation and our finalizer; None if there was nothing to take back
-        (already clear, reserved by a pod meanwhile, or the claim is gone)."""
+    async def reserve(
+        self, claim: dict[str, Any], reservation: Reservation
+    ) -> dict[str, Any] | None:
+        """Append the pod to the allocated claim's `reservedFor`, as kube-scheduler's PreBind
+        would; the stored claim listing it (also when kube-scheduler listed it meanwhile),
+        or None when that cannot be (no longer allocated, full, deleted)."""
+        path = claim_path(claim["metadata"]["namespace"], claim["metadata"]["name"])
+        uid = str(reservation.get("uid"))
+        current = claim
+        for attempt in range(self.settings.attempts):
+            if reserved_for(current, uid):
+                return current
+            reserved = reservations_of(current)
+            if allocation_of(current) is None or len(reserved) >= MAX_RESERVATIONS:
+                return None
+            status = {**(current.get("status") or {}), "reservedFor": [*reserved, reservation]}
+            try:
+                return await self.client.replace(f"{path}/status", {**current, "status": status})
+            except NotFoundError:
+                return None
+            except ConflictError:
+                pass
+            except TransientError:
+                await self._pause(attempt)
+            try:
+                current = await self._reread(path, current)
+            except ClaimTakenError:
+                return None
+        raise TransientError(f"could not reserve {claim_name(claim)} for pod {uid}")
+
+    async def deallocate(self, claim: dict[str, Any], pod_uid: str = "") -> dict[str, Any] | None:
+        """Clear the allocation, its reservation and device status; None if there was
+        nothing to take back (already clear, reserved by a pod other than `pod_uid`
+        meanwhile, or the claim is gone)."""
         try:
-            return await self._deallocate(claim)
+            return await self._deallocate(claim, pod_uid)
         except ClaimTakenError:
             return None
 
-    async def _deallocate(self, claim: dict[str, Any]) -> dict[str, Any] | None:
+    async def _deallocate(self, claim: dict[str, Any], pod_uid: str) -> dict[str, Any] | None:
         path = claim_path(claim["metadata"]["namespace"], claim["metadata"]["name"])
         current = claim
         for attempt in range(self.settings.attempts):
-            if allocation_of(current) is None or reservations_of(current):
+            others = [r for r in reservations_of(current) if r.get("uid") != pod_uid]
+            if allocation_of(current) is None or others:
                 return None
-            status = {k: v for k, v in (current.get("status") or {}).items() if k != "allocation"}
+            status = {
+                k: v
+                for k, v in (current.get("status") or {}).items()
+                if k not in ("allocation", "reservedFor", "devices")
+            }
             try:
-                current = await self.client.replace(f"{path}/status", {**current, "status": status})
+                return await self.client.replace(f"{path}/status", {**current, "status": status})
             except NotFoundError:
                 return None
             except ConflictError:
                 current = await self._reread(path, current)
-                continue
             except TransientError:
                 await self._pause(attempt)
                 current = await self._reread(path, current)
-                continue
-            finalizers = [
-                f for f in current["metadata"].get("finalizers") or [] if f != DELETE_PROTECTION
-            ]
-            with contextlib.suppress(DriverError):
-                current = await self._set_finalizers(path, current, finalizers)
-            return current
         raise TransientError(f"could not clear the allocation of {claim_name(claim)}")
-
-    async def _set_finalizers(
-        self, path: str, current: Mapping[str, Any], finalizers: list[str]
-    ) -> dict[str, Any]:
-        body = {
-            "metadata": {
-                "resourceVersion": current["metadata"]["resourceVersion"],
-                "finalizers": finalizers or None,
-            }
-        }
-        return await self.client.patch(path, body)
 
     async def _reread(self, path: str, current: dict[str, Any]) -> dict[str, Any]:
         """The claim as stored now; the last known version if the read fails transiently."""

@@ -8,8 +8,17 @@ usage of claims that still hold capacity, with the quota ledger) are rebuilt
 lazily, only after what they depend on changed; a reservation added by
 kube-scheduler changes nothing (see `usage_signature`).
 
+A claim of ours deleted while a pod bound to its node still reserves it keeps
+its capacity charged (`_retained`) until every such pod ended or is gone: the
+pod may still run on the share. Each allocated claim's uid, node and
+reservations are remembered, so an allocation that vanishes without this
+process clearing it (`clearing`) is told apart: kube-scheduler's PostFilter
+took it back (`allocation_vanished`).
+
 Owns: the six informers and the assume cache; the pending writes; the claim
 <-> pod index; the uids of pods seen deleted; each claim's usage signature;
+the last allocation seen per claim and the claims being cleared; the deleted
+claims still charged;
 in mixed mode, what each legacy pod holds (its HAMi annotations, charged to the
 slice device with the same uuid on its node, controller/mixed_usage.py);
 the inventory, the engine, the request context and the CEL memo; the node
@@ -21,6 +30,7 @@ event handlers feed it (`subscribe`) and say what a change means for work.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from controller.inventory import (
@@ -32,7 +42,13 @@ from controller.inventory import (
 )
 from controller.mixed_usage import LegacyHold, add_holds, legacy_backends, legacy_hold
 from controller.node_filter import NodeFilter
-from controller.object_state import allocated_node, allocation_of, is_terminal, reservations_of
+from controller.object_state import (
+    allocated_node,
+    allocation_of,
+    is_pending,
+    is_terminal,
+    reservations_of,
+)
 from controller.requests import RequestContext
 from controller.settings import ControllerSettings
 from controller.uuid_reports import report_duplicate_uuids
@@ -54,6 +70,24 @@ NODES = "/api/v1/nodes"
 QUOTAS = "/api/v1/resourcequotas"
 DELETED_PODS_REMEMBERED = 100_000
 """Uids of deleted pods kept to tell that a reservation is stale (oldest dropped first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastAllocation:
+    """What the view last saw of a claim's allocation: the claim's uid, the node, and the
+    uids of the pods that reserved it."""
+
+    uid: str
+    node: str
+    reserved: frozenset[str]
+
+    @classmethod
+    def of(cls, claim: Mapping[str, Any]) -> LastAllocation:
+        return cls(
+            str(claim["metadata"].get("uid", "")),
+            allocated_node(claim) or "",
+            frozenset(str(r.get("uid", "")) for r in reservations_of(claim)),
+        )
 
 
 class ClusterHandlers(Protocol):
@@ -105,6 +139,11 @@ class ClusterView:
         self._claim_pods: dict[str, set[str]] = {}
         self._pod_claims: dict[str, set[str]] = {}
         self._deleted_pods: dict[str, None] = {}
+        self._last_allocations: dict[str, LastAllocation] = {}
+        self.clearing: set[str] = set()
+        """Claim keys whose allocation this process is taking back (move, sweep, undo)."""
+        self._retained: dict[str, dict[str, Any]] = {}
+        """Claim key -> a claim of ours deleted while a pod bound to its node reserved it."""
         self._legacy_backends = legacy_backends()
         self.legacy_holds: dict[str, LegacyHold] = {}
         """Pod key -> what a legacy pod holds (mixed mode only; empty otherwise)."""
@@ -146,6 +185,9 @@ class ClusterView:
     def note_claim(self, kind: str, claim: Mapping[str, Any]) -> bool:
         """Track the claim's usage signature; True if the usage changed (the engine is stale)."""
         key = object_key(claim)
+        if kind == "DELETED" and self._still_used(claim):
+            self._retained[key] = dict(claim)
+            self._usage_stale = True
         signature = None if kind == "DELETED" else self.usage_signature(claim)
         changed = not self._is_own_echo(key, claim) and signature != self._signatures.get(key)
         if changed:
@@ -193,17 +235,42 @@ class ClusterView:
         self._usage_stale = True
         return True
 
+    def allocation_vanished(self, kind: str, claim: Mapping[str, Any]) -> LastAllocation | None:
+        """Remember the claim's allocation; the last one seen when this event shows it
+        gone although this process did not clear it and the claim is the same one
+        (kube-scheduler's PostFilter took it back, or kube-controller-manager freed it)."""
+        key = object_key(claim)
+        if kind == "DELETED":
+            self._last_allocations.pop(key, None)
+            return None
+        if allocation_of(claim) is not None:
+            self._last_allocations[key] = LastAllocation.of(claim)
+            return None
+        last = self._last_allocations.pop(key, None)
+        if (
+            last is None
+            or key in self.clearing
+            or key in self.pending
+            or last.uid != claim["metadata"].get("uid")
+            or claim["metadata"].get("deletionTimestamp")
+        ):
+            return None
+        return last
+
     def adopt(self, stored: dict[str, Any]) -> None:
         """Make a write we made part of the view before the watch shows it."""
         key = object_key(stored)
         self.claim_view.assume(stored)
         self._signatures[key] = self.usage_signature(stored)
+        self._last_allocations[key] = LastAllocation.of(stored)
         self.pending.pop(key, None)
 
     def adopt_cleared(self, stored: dict[str, Any]) -> None:
         """An allocation we took back: the view shows it cleared, its capacity is free."""
+        key = object_key(stored)
         self.claim_view.assume(stored)
-        self._signatures[object_key(stored)] = self.usage_signature(stored)
+        self._signatures[key] = self.usage_signature(stored)
+        self._last_allocations.pop(key, None)
         self._usage_stale = True
 
     # ---- reading ----------------------------------------------------------------------
@@ -224,6 +291,14 @@ class ClusterView:
     def pods_referring(self, claim_key: str) -> Collection[str]:
         """The keys of the pods whose spec names the claim."""
         return self._claim_pods.get(claim_key, ())
+
+    def pending_pods_referring(self, claim_key: str) -> list[str]:
+        """The keys of the pending pods whose spec names the claim (they may still use it)."""
+        return [
+            key
+            for key in self._claim_pods.get(claim_key, ())
+            if (pod := self.pods.get(key)) is not None and is_pending(pod)
+        ]
 
     def claims_of_pod(self, pod_key: str) -> Collection[str]:
         return self._pod_claims.get(pod_key, ())
@@ -250,7 +325,9 @@ class ClusterView:
 
         kube-controller-manager (or this controller) is about to clear it: the
         claim is being deleted and nobody reserves it, every pod that reserved it
-        is gone or finished, or it is ours, unreserved, and no pod refers to it.
+        is gone or finished (kube-controller-manager drops those reservations, then
+        the sweeper clears it), or it is ours, unreserved, and no pending pod refers
+        to it.
         """
         key = object_key(claim)
         if key in self.pending:
@@ -264,7 +341,7 @@ class ClusterView:
         return (
             not self.settings.allocate_standalone_claims
             and self.is_ours(claim)
-            and not self._claim_pods.get(key)
+            and not self.pending_pods_referring(key)
         )
 
     def effective_claims(self) -> list[dict[str, Any]]:
@@ -280,6 +357,11 @@ class ClusterView:
                 }
             if allocation_of(claim) is not None and not self.freed(claim):
                 claims.append(claim)
+        for key, deleted in list(self._retained.items()):
+            if self._still_used(deleted):
+                claims.append(deleted)
+            else:
+                del self._retained[key]
         return claims
 
     def request_context(self) -> RequestContext:
@@ -336,6 +418,26 @@ class ClusterView:
         ]
         expected = [r.get("shareID") for r in pending["devices"]["results"]]
         return share_ids == expected
+
+    def _still_used(self, claim: Mapping[str, Any]) -> bool:
+        """A claim of ours whose allocation a pod bound to its node, neither finished nor
+        gone, reserves: deleted, its share may still be in use there."""
+        node = allocated_node(claim)
+        if node is None or not self.is_ours(claim):
+            return False
+        namespace = claim["metadata"].get("namespace", "")
+        for reference in reservations_of(claim):
+            uid = reference.get("uid", "")
+            pod = self.pods.get(f"{namespace}/{reference.get('name')}")
+            if (
+                pod is not None
+                and uid not in self._deleted_pods
+                and pod["metadata"].get("uid") == uid
+                and not is_terminal(pod)
+                and (pod.get("spec") or {}).get("nodeName") == node
+            ):
+                return True
+        return False
 
     def _pod_finished(self, namespace: str, reference: Mapping[str, Any]) -> bool:
         uid = reference.get("uid", "")

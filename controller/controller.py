@@ -12,8 +12,11 @@ DeviceClasses are not yet allocated. A pod that fits nowhere gets events with
 the engine's reasons and waits until the cluster changes (event_handlers.py
 say when) and at least its backoff, so a stuck pod never spins. Allocations
 no pod will use are cleared, and pods kube-scheduler could not put on the
-chosen node are moved (sweeper.py). In mixed mode legacy pods' HAMi
-annotations count as usage and writes hold HAMi's node lock (node_guard.py).
+chosen node are moved (sweeper.py). Each claim's allocation is written with the
+pod's reservation, so kube-scheduler only binds; a pending pod whose claims
+were all allocated already (shared claims) is added to their reservations.
+In mixed mode legacy pods' HAMi annotations count as usage and writes hold
+HAMi's node lock (node_guard.py).
 
 This module composes those parts and runs the loop: sync each due key, then
 sleep until the next one is due or something changed.
@@ -30,7 +33,13 @@ from typing import Any
 
 from controller.allocation import build_allocation
 from controller.allocation_writer import AllocationWriter
-from controller.claim_writes import ClaimWriter, WriteSettings
+from controller.claim_writes import (
+    MAX_RESERVATIONS,
+    ClaimWriter,
+    WriteSettings,
+    pod_reservation,
+    reserved_for,
+)
 from controller.cluster_view import ClusterView
 from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.event_handlers import ClusterEventHandlers
@@ -202,7 +211,8 @@ class Controller:
         ]
         if not unallocated:
             self.queue.pop_first_try(key)
-            self.sweeper.check_moved(key, pod, ours)
+            if not self._reserve(key, pod, ours):
+                self.sweeper.check_moved(key, pod, ours)
             return
         if any(c["metadata"].get("deletionTimestamp") for c in unallocated):
             return
@@ -212,6 +222,30 @@ class Controller:
             if c is not None and (node := allocated_node(c) or self.view.pending_node(c))
         }
         self._allocate(key, pod, unallocated, pinned)
+
+    def _reserve(self, key: str, pod: Mapping[str, Any], ours: list[dict[str, Any]]) -> bool:
+        """Add the pod to the reservations of its allocated claims that do not list it, as
+        kube-scheduler's PreBind would, when their node passes the pod's node predicates
+        here (else kube-scheduler decides); True if the writes started."""
+        uid = pod["metadata"].get("uid", "")
+        missing = [c for c in ours if not reserved_for(c, uid)]
+        if not missing or any(
+            object_key(c) in self.view.pending
+            or c["metadata"].get("deletionTimestamp")
+            or len(c["status"].get("reservedFor") or []) >= MAX_RESERVATIONS
+            for c in missing
+        ):
+            return False
+        nodes = {allocated_node(c) for c in ours}
+        if len(nodes) != 1 or None in nodes:
+            return False
+        avoided = self.placements.avoided(uid, self.clock())
+        node = str(next(iter(nodes)))
+        candidates, _ = self.view.node_filter.candidates(pod, [node], {node}, avoided)
+        if node not in candidates:
+            return False
+        self.writer.reserve_pod(key, missing, pod_reservation(pod))
+        return True
 
     def _sync_standalone(self, key: str) -> None:
         """A claim of ours no pod refers to (when configured): any node that fits."""
@@ -311,4 +345,5 @@ class Controller:
             chosen.node,
             condition_signature(scheduled_condition(pod)),
         )
-        self.writer.write_pod(key, writes)
+        reservation = None if key.startswith(STANDALONE) else pod_reservation(pod)
+        self.writer.write_pod(key, writes, reservation)

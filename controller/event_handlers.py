@@ -3,10 +3,12 @@
 The informers call these after storing the object; they update the view's
 indexes, say which pods (or standalone claims) to sync again, which claims the
 sweeper should look at, and when waiting pods may fit now (the view changed:
-inventory, usage, nodes, classes, quotas). They never decide and never write.
+inventory, usage, nodes, classes, quotas), and hand an allocation that
+vanished without this process clearing it to the sweeper (kube-scheduler's
+PostFilter took it back). They never decide and never write.
 
-Calls: the view (note_*), the work queue, the sweeper (check_later), the pod
-placements (forget a finished pod).
+Calls: the view (note_*, allocation_vanished), the work queue, the sweeper
+(check_later, taken_back), the pod placements (forget a finished pod).
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class ClusterEventHandlers:
 
     def on_claim(self, kind: str, claim: dict[str, Any]) -> None:
         key = object_key(claim)
+        vanished = self.view.allocation_vanished(kind, claim)
+        if vanished is not None:
+            self.sweeper.taken_back(claim, vanished)
         if self.view.note_claim(kind, claim):
             self.queue.changed()
         for pod_key in self.view.pods_referring(key):

@@ -1,12 +1,18 @@
 """Taking back the allocations no pod will use, so their capacity is not lost.
 
-Two cases. A claim of ours allocated but reserved by no pod and referred to
-by none (its pod was deleted while pending, or this process restarted after
-writing it) is cleared, unless standalone claims are allocated on purpose.
-A pod that cannot go where its claims are (the node is gone, or
-kube-scheduler refused it there with the claims allocated) has them moved:
-cleared, the node avoided for `moved_node_memory_s`, and the pod allocated
-again after a doubling delay, with a Warning event saying why.
+Three cases. A claim of ours allocated but reserved by no pod and referred to
+by no pending one is cleared, unless standalone claims are allocated on
+purpose: its pod was deleted while pending, or the pods that reserved it are
+gone or finished and kube-controller-manager dropped their reservations (it
+deallocates only claims with the delete-protection finalizer, which ours do
+not carry). A pod that cannot go where its claims are (the node is gone, or
+kube-scheduler refused it there with the claims allocated) has them moved
+when nobody but the pod reserves them: allocation and reservation cleared in
+one write, the node avoided for `moved_node_memory_s`, and the pod allocated
+again after a doubling delay, with a Warning event saying why. When
+kube-scheduler's PostFilter cleared a claim itself (the pod fit no node), the
+pod is treated the same way, without a write: the node avoided, the backoff,
+a Normal event, and allocated again when it can fit.
 
 Owns: the claim keys to check on the next sweep. Calls: the view (reads),
 the allocation writer (clear, spawn), the work queue (in flight, retry),
@@ -20,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.allocation_writer import AllocationWriter
-from controller.cluster_view import ClusterView
+from controller.cluster_view import ClusterView, LastAllocation
 from controller.object_state import (
     allocated_node,
     allocation_of,
@@ -32,11 +38,12 @@ from controller.object_state import (
 from controller.pod_placements import PodPlacements
 from controller.settings import ControllerSettings
 from controller.work_queue import WorkQueue, jittered
-from dra_driver.kube.events import WARNING, EventRecorder, involved_object
+from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 
 log = logging.getLogger(__name__)
 
 MOVED = "AllocationMoved"
+TAKEN_BACK = "AllocationTakenBack"
 
 
 class Sweeper:
@@ -66,8 +73,8 @@ class Sweeper:
         self._to_check.update(claim_keys)
 
     def sweep(self) -> None:
-        """Clear allocations of ours that no pod will ever reserve (none when standalone
-        claims are allocated on purpose)."""
+        """Clear allocations of ours that no pod reserves and no pending pod will (none
+        when standalone claims are allocated on purpose)."""
         keys, self._to_check = self._to_check, set()
         if self.settings.allocate_standalone_claims:
             return
@@ -79,7 +86,7 @@ class Sweeper:
                 or allocation_of(claim) is None
                 or reservations_of(claim)
                 or not self.view.is_ours(claim)
-                or self.view.pods_referring(key)
+                or self.view.pending_pods_referring(key)
                 or claim["metadata"].get("deletionTimestamp")
             ):
                 continue
@@ -88,8 +95,10 @@ class Sweeper:
 
     def check_moved(self, key: str, pod: Mapping[str, Any], ours: list[dict[str, Any]]) -> None:
         """The pod cannot go where its claims are (kube-scheduler said so, or the node is
-        gone): clear them, avoid that node for a while, allocate again."""
-        if not ours or any(reservations_of(c) for c in ours):
+        gone): clear them, avoid that node for a while, allocate again. Claims another
+        pod reserved stay (and so do the pod's others: they share that node)."""
+        uid = pod["metadata"].get("uid", "")
+        if not ours or any(r.get("uid") != uid for c in ours for r in reservations_of(c)):
             return
         node = allocated_node(ours[0]) or ""
         if self.view.nodes.get(node) is None:
@@ -99,7 +108,9 @@ class Sweeper:
         signature = condition_signature(condition)
         if not refused_with_claims_allocated(condition) or signature is None:
             return
-        placed = self.placements.placed(pod["metadata"].get("uid", ""))
+        if self.placements.takeback_verdict(uid, signature):
+            return
+        placed = self.placements.placed(uid)
         if placed is not None:
             if placed.condition == signature:
                 return
@@ -111,6 +122,41 @@ class Sweeper:
         self._move(
             key, pod, ours, node, f"kube-scheduler could not put the pod there ({signature[1]})"
         )
+
+    def taken_back(self, claim: dict[str, Any], last: LastAllocation) -> None:
+        """kube-scheduler's PostFilter cleared the claim (reserved by nobody or only by the
+        pod, which fit no node): the pod could not go to that node. Avoid it, back off as
+        after a move, and allocate again; the claims of a pod that is gone or finished
+        (kube-controller-manager's clean-up) need nothing."""
+        if not self.view.is_ours(claim):
+            return
+        namespace = claim["metadata"].get("namespace", "")
+        name = claim["metadata"].get("name", "")
+        for pod_key in self.view.pending_pods_referring(f"{namespace}/{name}"):
+            pod = self.view.pods.get(pod_key)
+            if pod is None:
+                continue
+            uid = pod["metadata"].get("uid", "")
+            if last.reserved and last.reserved != {uid}:
+                continue
+            delay = self.placements.moved(
+                uid,
+                last.node,
+                avoid_until=self.clock() + self.settings.moved_node_memory_s,
+                initial_delay=self.settings.retry_initial_s,
+                max_delay=self.settings.retry_max_s,
+            )
+            self.placements.taken_back(uid, condition_signature(scheduled_condition(pod)))
+            message = (
+                f"kube-scheduler took back the allocation of claim {name} on {last.node} "
+                "(the pod fit no node with it); it will be allocated again"
+            )
+            self.recorder.emit(involved_object(pod, "Pod", "v1"), NORMAL, TAKEN_BACK, message)
+            log.info(
+                "kube-scheduler took an allocation back",
+                extra={"pod": pod_key, "claim": f"{namespace}/{name}", "node": last.node},
+            )
+            self.queue.defer(pod_key, jittered(delay))
 
     def _move(
         self,
@@ -132,12 +178,14 @@ class Sweeper:
         log.info("moving a pod's claims", extra={"pod": key, "node": node, "why": why})
         self.queue.start(key)
 
+        uid = pod["metadata"].get("uid", "")
+
         async def move() -> None:
             try:
                 for claim in ours:
-                    await self.writer.clear_allocation(claim)
+                    await self.writer.clear_allocation(claim, uid)
             finally:
                 self.queue.finish(key)
-                self.queue.enqueue(key, jittered(delay))
+                self.queue.defer(key, jittered(delay))
 
         self.writer.spawn(move(), f"move {key}")

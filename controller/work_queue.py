@@ -5,7 +5,9 @@ once the time it was enqueued for has come. A key that did not fit waits
 until the view changed (`changed()` bumps a version) and its backoff passed
 (doubling, jittered so replicas and pods do not retry in step), so a stuck
 pod never spins and a changed cluster is looked at again at once. Keys whose
-writes or moves are running are in flight and skipped until they finish.
+writes or moves are running are in flight and skipped until they finish. A
+key deferred (a pod moved, or its allocation taken back) is not due before its
+time, whatever events enqueue it meanwhile.
 
 Owns only its own tables and the event that wakes the loop; calls nothing.
 """
@@ -50,10 +52,26 @@ class WorkQueue:
         self._waiting: dict[str, _Waiting] = {}
         self._in_flight: set[str] = set()
         self._first_tried: dict[str, float] = {}
+        self._not_before: dict[str, float] = {}
 
     def enqueue(self, key: str, delay: float = 0.0) -> None:
-        at = self.clock() + delay
+        now = self.clock()
+        at = now + delay
+        not_before = self._not_before.get(key)
+        if not_before is not None:
+            if not_before > now:
+                at = max(at, not_before)
+            else:
+                del self._not_before[key]
         self._due[key] = min(at, self._due.get(key, at))
+        self.wake.set()
+
+    def defer(self, key: str, delay: float) -> None:
+        """Sync the key in `delay` seconds and not earlier, even if enqueued meanwhile."""
+        at = self.clock() + delay
+        self._not_before[key] = at
+        self._due[key] = at
+        self._waiting.pop(key, None)
         self.wake.set()
 
     def changed(self) -> None:
@@ -106,6 +124,7 @@ class WorkQueue:
         """The pod finished or is gone: nothing of it stays queued."""
         self.forget(key)
         self._due.pop(key, None)
+        self._not_before.pop(key, None)
 
     def start(self, key: str) -> None:
         """The key's writes or move began: skip it until `finish`."""

@@ -21,7 +21,7 @@ from controller_cluster import (
     vgpu_config,
 )
 
-from controller.claim_writes import DELETE_PROTECTION
+from dra_driver.objects.resource_api import DELETE_PROTECTION
 
 SHARE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
@@ -31,7 +31,7 @@ async def test_an_allocation_carries_what_kube_scheduler_needs_to_bind(tmp_path:
     async with cluster(tmp_path) as c:
         await c.add_class(config=[vgpu_config(cores=20)])
         await c.add_node("node-a", 1)
-        await c.add_pod_with_claim("infer", request(**capacity(memory="10Gi", cores="30")))
+        pod = await c.add_pod_with_claim("infer", request(**capacity(memory="10Gi", cores="30")))
         async with controller(c.client):
             [claim] = await c.wait_allocated("infer-claim")
     allocation = claim["status"]["allocation"]
@@ -41,7 +41,9 @@ async def test_an_allocation_carries_what_kube_scheduler_needs_to_bind(tmp_path:
             {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-a"]}]}
         ]
     }
-    assert DELETE_PROTECTION in claim["metadata"]["finalizers"]
+    assert DELETE_PROTECTION not in (claim["metadata"].get("finalizers") or [])
+    [reservation] = claim["status"]["reservedFor"]
+    assert reservation == {"resource": "pods", "name": "infer", "uid": pod["metadata"]["uid"]}
     [result] = results(claim)
     assert SHARE_ID.fullmatch(result.pop("shareID"))
     assert result == {

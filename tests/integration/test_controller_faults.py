@@ -69,7 +69,8 @@ async def test_a_thousand_allocations_survive_conflicts_errors_and_lost_watches(
     assert overcommitted(claims, slices) == []
     assert all(len(claim["status"]["allocation"]["devices"]["results"]) == 1 for claim in claims)
     assert all(
-        "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        [r["name"] for r in claim["status"]["reservedFor"]]
+        == [claim["metadata"]["name"].removesuffix("-claim")]
         for claim in claims
     )
     assert {claim["metadata"]["namespace"] for claim in claims} == {NAMESPACE}

@@ -126,10 +126,14 @@ async def test_a_pod_that_cannot_go_to_the_chosen_node_is_moved(tmp_path: Path) 
             await c.add_node("node-b", 1)
             await c.client.patch(f"/api/v1/nodes/{chosen}", {"spec": {"unschedulable": True}})
             async with scheduler(c, tmp_path):
-                await c.wait_event("mover", "AllocationMoved")
+                # The pod fits no node with its claim on node-a: kube-scheduler's PostFilter
+                # takes the allocation back, the controller allocates again elsewhere.
+                event = await c.wait_event("mover", "AllocationTakenBack")
                 bound = await c.wait_bound("mover")
     claim = c.claim("mover-claim")
     assert chosen == "node-a" and node_of(claim) == "node-b" and bound == "node-b"
+    assert event["type"] == "Normal" and "on node-a" in event["message"]
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == ["mover"]
 
 
 async def test_finished_and_deleted_pods_return_their_capacity(tmp_path: Path) -> None:
