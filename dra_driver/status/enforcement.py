@@ -95,7 +95,9 @@ def claim_enforcement(
     allocation = (claim.get("status") or {}).get("allocation") or {}
     devices = allocation.get("devices") or {}
     configs = _driver_configs(devices.get("config") or [], driver)
-    if configs is None:
+    if not configs:
+        # No config of this driver (most claims): nothing can opt out, and merging
+        # none per request would only build default configs.
         return {}
     requested: dict[str, list[str]] = {}
     for result in devices.get("results") or []:

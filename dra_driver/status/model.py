@@ -15,8 +15,9 @@ Ascend vNPU template) or nobody, the share being accounting only.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from api.hami_annotations import (
@@ -32,11 +33,13 @@ from dra_driver.objects.dra_vendors import NVIDIA as NVIDIA_FAMILY
 from dra_driver.objects.pod_claims import pod_claim_names, reserving_pods
 from dra_driver.status.enforcement import (
     ENFORCED,
+    ClaimKey,
     Enforcement,
     claim_enforcement,
     legacy_opt_outs,
     opt_out_reports,
 )
+from dra_driver.status.summary import cluster_totals, summarize_nodes
 
 DRA = "dra"
 LEGACY = "legacy"
@@ -108,11 +111,31 @@ class ClusterStatus:
     def to_dict(self) -> dict[str, Any]:
         gpus = []
         for gpu in self.gpus:
-            entry = camel_case_keys(asdict(gpu))
+            entry = plain_data(gpu)
             entry["allocatedMemoryBytes"] = gpu.allocated_memory_bytes
             entry["allocatedCores"] = gpu.allocated_cores
             gpus.append(entry)
-        return {"gpus": gpus, "pending": [camel_case_keys(asdict(p)) for p in self.pending]}
+        nodes = summarize_nodes(self.gpus)
+        return {
+            "gpus": gpus,
+            "pending": [plain_data(claim) for claim in self.pending],
+            "nodes": [plain_data(node) for node in nodes],
+            "totals": plain_data(cluster_totals(nodes, self.pending)),
+        }
+
+
+def plain_data(value: Any) -> Any:
+    """A dataclass as JSON-ready data, its field names camel-cased (`memory_bytes` ->
+    `memoryBytes`) and dict keys (GPU type names) kept. `asdict` + `camel_case_keys` say
+    the same, at several times the cost on a thousand nodes' shares: asdict deep-copies."""
+    names = getattr(type(value), "__dataclass_fields__", None)
+    if names is not None:
+        return {_camel(name): plain_data(getattr(value, name)) for name in names}
+    if isinstance(value, list):
+        return [plain_data(item) for item in value]
+    if isinstance(value, dict):
+        return {key: plain_data(item) for key, item in value.items()}
+    return value
 
 
 def camel_case_keys(value: Any) -> Any:
@@ -124,6 +147,7 @@ def camel_case_keys(value: Any) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=256)
 def _camel(key: str) -> str:
     head, *rest = key.split("_")
     return head + "".join(part.title() for part in rest)
@@ -140,8 +164,15 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _quantity_bytes(raw: Any) -> int:
+    return _parsed_quantity(str(raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_quantity(text: str) -> int:
+    """Cached: a cluster's shares and cards repeat a few quantities (`80Gi`, `30`) thousands
+    of times, and parsing one is the costliest step of reading a share."""
     try:
-        return to_bytes_ceil(str(raw))
+        return to_bytes_ceil(text)
     except QuantityError:
         return 0
 
@@ -308,38 +339,74 @@ def merge_served_both_ways(dra: Iterable[GpuView], legacy: Iterable[GpuView]) ->
     return merged
 
 
+ObjectKey = tuple[str, str, str]
+"""(kind, namespace, name) of the object an event is about."""
+
+
+def pods_by_claim(pods: Iterable[Mapping[str, Any]]) -> dict[ClaimKey, list[str]]:
+    """Claim -> the pods that reference it, by name or through a template-generated status
+    entry: one pass over the pods, so finding a claim's pods does not scan them all again."""
+    users: dict[ClaimKey, list[str]] = {}
+    for pod in pods:
+        namespace, name = _meta(pod).get("namespace", ""), _meta(pod).get("name", "")
+        for claim in dict.fromkeys(pod_claim_names(pod).values()):
+            if claim:
+                users.setdefault((namespace, claim), []).append(name)
+    return users
+
+
 def claim_pods(claim: Mapping[str, Any], pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Pods that reference the claim, by name or through a template-generated status entry."""
-    name, namespace = _meta(claim).get("name"), _meta(claim).get("namespace")
-    return [
-        _meta(pod).get("name", "")
-        for pod in pods
-        if _meta(pod).get("namespace") == namespace and name in pod_claim_names(pod).values()
-    ]
+    key = (_meta(claim).get("namespace", ""), _meta(claim).get("name", ""))
+    return pods_by_claim(pods).get(key, [])
+
+
+def _warning_about(event: Mapping[str, Any]) -> tuple[ObjectKey, str, str] | None:
+    """(object, stamp, `reason: message`) of a Warning event, None for any other event."""
+    if event.get("type") != "Warning":
+        return None
+    involved = event.get("involvedObject") or event.get("regarding") or {}
+    namespace = involved.get("namespace", _meta(event).get("namespace"))
+    stamp = str(
+        event.get("lastTimestamp")
+        or event.get("eventTime")
+        or _meta(event).get("creationTimestamp")
+        or ""
+    )
+    message = f"{event.get('reason', '')}: {event.get('message') or event.get('note') or ''}"
+    return (involved.get("kind"), namespace, involved.get("name")), stamp, message
+
+
+def newest_warnings(events: Iterable[Mapping[str, Any]]) -> dict[ObjectKey, tuple[str, str]]:
+    """Object -> (stamp, `reason: message`) of its newest Warning event (the later in list
+    order at equal stamps): one pass, so each pending claim's reason is a look-up."""
+    newest: dict[ObjectKey, tuple[str, str]] = {}
+    for event in events:
+        warning = _warning_about(event)
+        if warning is None:
+            continue
+        key, stamp, message = warning
+        seen = newest.get(key)
+        if seen is None or stamp >= seen[0]:
+            newest[key] = (stamp, message)
+    return newest
 
 
 def newest_warning(
     events: Iterable[Mapping[str, Any]], kind: str, namespace: str, names: set[str]
 ) -> str:
+    """The newest Warning about any of the named objects, "" when there is none."""
+    return _newest_of(newest_warnings(events), kind, namespace, names)
+
+
+def _newest_of(
+    warnings: Mapping[ObjectKey, tuple[str, str]], kind: str, namespace: str, names: Iterable[str]
+) -> str:
     newest: tuple[str, str] | None = None
-    for event in events:
-        involved = event.get("involvedObject") or event.get("regarding") or {}
-        if (
-            event.get("type") != "Warning"
-            or involved.get("kind") != kind
-            or involved.get("namespace", _meta(event).get("namespace")) != namespace
-            or involved.get("name") not in names
-        ):
-            continue
-        stamp = str(
-            event.get("lastTimestamp")
-            or event.get("eventTime")
-            or _meta(event).get("creationTimestamp")
-            or ""
-        )
-        message = f"{event.get('reason', '')}: {event.get('message') or event.get('note') or ''}"
-        if newest is None or stamp >= newest[0]:
-            newest = (stamp, message)
+    for name in names:
+        seen = warnings.get((kind, namespace, name))
+        if seen is not None and (newest is None or seen[0] >= newest[0]):
+            newest = seen
     return newest[1] if newest else ""
 
 
@@ -350,6 +417,8 @@ def _pending_claims(
     class_names: set[str],
 ) -> list[PendingClaimView]:
     pending = []
+    users_of: dict[ClaimKey, list[str]] | None = None
+    warnings: dict[ObjectKey, tuple[str, str]] | None = None
     for claim in claims:
         if (claim.get("status") or {}).get("allocation"):
             continue
@@ -361,10 +430,12 @@ def _pending_claims(
         }
         if not classes & class_names:
             continue
+        if users_of is None or warnings is None:
+            users_of, warnings = pods_by_claim(pods), newest_warnings(events)
         namespace, name = _meta(claim).get("namespace", ""), _meta(claim).get("name", "")
-        users = claim_pods(claim, pods)
-        reason = newest_warning(events, "ResourceClaim", namespace, {name}) or newest_warning(
-            events, "Pod", namespace, set(users)
+        users = users_of.get((namespace, name), [])
+        reason = _newest_of(warnings, "ResourceClaim", namespace, [name]) or _newest_of(
+            warnings, "Pod", namespace, users
         )
         if not reason:
             reason = "waiting for allocation" if users else "no pod uses this claim yet"

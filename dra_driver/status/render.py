@@ -18,14 +18,17 @@ from typing import Any
 import yaml
 from rich.console import Console, Group
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 from dra_driver.objects.dra_vendors import LIBVGPU
+from dra_driver.status.columns import aligned
 from dra_driver.status.model import MIXED, ClusterStatus, GpuView, ShareView
 
 GIB = 1 << 30
 BAR_WIDTH = 20
 LIMITS_OFF = "limits off"
+GPU_SHARES = "GPU shares"
+GPU_COLUMNS = ("node", "gpu", "vendor", "type", "mode", "memory", "cores", "shares", "holders")
 
 
 def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
@@ -33,55 +36,62 @@ def usage_bar(used: int, total: int, width: int = BAR_WIDTH) -> Text:
     ratio = used / total if total else 0.0
     filled = min(width, round(ratio * width))
     style = "red" if ratio > 0.9 else "yellow" if ratio > 0.6 else "green"
-    bar = Text("[")
-    bar.append("#" * filled, style=style)
-    bar.append("." * (width - filled), style="dim")
-    bar.append(f"] {ratio:4.0%}")
-    return bar
+    return Text(
+        f"[{'#' * filled}{'.' * (width - filled)}] {ratio:4.0%}",
+        spans=[Span(1, 1 + filled, style), Span(1 + filled, 1 + width, "dim")],
+    )
 
 
-def _gib(value: int) -> str:
+def gib(value: int) -> str:
     return f"{value / GIB:.1f}Gi"
 
 
+def _holder(gpu: GpuView, share: ShareView) -> Text:
+    pods = ",".join(share.pods) or "-"
+    line = Text(f"{share.namespace}/{share.holder}", style="bold")
+    if gpu.mode == MIXED:
+        line.append(f" ({share.mode})")
+    if share.enforced_by != LIBVGPU:
+        line.append(f" [{share.enforced_by}]", style="yellow" if share.enforced else "red")
+    elif not share.enforced:
+        line.append(f" [{LIMITS_OFF}]", style="bold red")
+    line.append(f" {gib(share.memory_bytes)} {share.cores}% pods={pods}")
+    return line
+
+
 def _holders(gpu: GpuView) -> Text:
-    lines = Text()
-    for position, share in enumerate(gpu.shares):
-        if position:
-            lines.append("\n")
-        pods = ",".join(share.pods) or "-"
-        lines.append(f"{share.namespace}/{share.holder}", style="bold")
-        if gpu.mode == MIXED:
-            lines.append(f" ({share.mode})")
-        if share.enforced_by != LIBVGPU:
-            lines.append(f" [{share.enforced_by}]", style="yellow" if share.enforced else "red")
-        elif not share.enforced:
-            lines.append(f" [{LIMITS_OFF}]", style="bold red")
-        lines.append(f" {_gib(share.memory_bytes)} {share.cores}% pods={pods}")
-    return lines
+    return Text("\n").join(_holder(gpu, share) for share in gpu.shares)
+
+
+def _gpu_cells(gpu: GpuView) -> list[Text | str]:
+    name = gpu.device if gpu.healthy else f"{gpu.device} (unhealthy)"
+    memory = usage_bar(gpu.allocated_memory_bytes, gpu.memory_bytes)
+    memory.append(f" {gib(gpu.allocated_memory_bytes)}/{gib(gpu.memory_bytes)}")
+    cores = usage_bar(gpu.allocated_cores, gpu.cores)
+    shares = f"{len(gpu.shares)}/{gpu.shares_total}"
+    return [gpu.node, name, gpu.vendor or "-", gpu.type, gpu.mode, memory, cores, shares]
 
 
 def gpu_table(status: ClusterStatus) -> Table:
-    table = Table(title="GPU shares", expand=False)
-    for column in ("node", "gpu", "vendor", "type", "mode", "memory", "cores", "shares", "holders"):
+    """Every GPU and its holders as a bordered table: the simulator's report, a few nodes."""
+    table = Table(title=GPU_SHARES, expand=False)
+    for column in GPU_COLUMNS:
         table.add_column(column, overflow="fold")
     for gpu in status.gpus:
-        name = gpu.device if gpu.healthy else f"{gpu.device} (unhealthy)"
-        memory = usage_bar(gpu.allocated_memory_bytes, gpu.memory_bytes)
-        memory.append(f" {_gib(gpu.allocated_memory_bytes)}/{_gib(gpu.memory_bytes)}")
-        cores = usage_bar(gpu.allocated_cores, gpu.cores)
-        table.add_row(
-            gpu.node,
-            name,
-            gpu.vendor or "-",
-            gpu.type,
-            gpu.mode,
-            memory,
-            cores,
-            f"{len(gpu.shares)}/{gpu.shares_total}",
-            _holders(gpu),
-        )
+        table.add_row(*_gpu_cells(gpu), _holders(gpu))
     return table
+
+
+def gpu_lines(status: ClusterStatus) -> Text:
+    """Every GPU, one line per holder (the GPU's columns on its first): `-o wide` and
+    `--node`, whose row counts grow with the cluster (`columns.py` says why not a Table)."""
+    rows: list[list[Text | str]] = []
+    for gpu in status.gpus:
+        cells = _gpu_cells(gpu)
+        holders = [_holder(gpu, share) for share in gpu.shares] or [Text("-")]
+        rows.append([*cells, holders[0]])
+        rows.extend([*([""] * len(cells)), holder] for holder in holders[1:])
+    return aligned(GPU_SHARES, [column.upper() for column in GPU_COLUMNS], rows)
 
 
 def _noted_shares(status: ClusterStatus) -> list[tuple[GpuView, ShareView]]:
@@ -119,12 +129,12 @@ def pending_table(status: ClusterStatus) -> Table:
 
 
 def render_text(status: ClusterStatus, console: Console) -> None:
-    parts: list[Any] = [gpu_table(status)]
+    parts: list[Any] = [gpu_lines(status)]
     if _noted_shares(status):
         parts.append(enforcement_table(status))
     if status.pending:
         parts.append(pending_table(status))
-    console.print(Group(*parts))
+    console.print(Group(*parts), no_wrap=True, crop=False, overflow="ignore")
 
 
 def render_data(status: ClusterStatus, output: str) -> str:
