@@ -27,6 +27,13 @@ from kubeletplugin.slices import SliceSettings, build_resource_slices
 GIB = 1 << 30
 DRIVER = "vgpu.hami.io"
 LEGACY_UUID = "GPU-1e9acy00-0000-4000-8000-000000000000"
+
+
+def legacy_uuid(suffix: str) -> str:
+    """One legacy card per fixture: the tests share one emulator, and a uuid is one card."""
+    return f"GPU-1e9acy00-0000-4000-8000-000000{suffix}"
+
+
 OPT_OUT_UUID = "GPU-0pt0u700-0000-4000-8000-000000000000"
 
 
@@ -137,7 +144,7 @@ def cluster(api: ApiClient, ns: str) -> str:
         }
     )
     create_dra_node(api, f"dra-{suffix}")
-    create_legacy_node(api, f"legacy-{suffix}")
+    create_legacy_node(api, f"legacy-{suffix}", legacy_uuid(suffix))
     resource.create_namespaced_resource_claim(ns, claim_body("serving"))
     allocate(api, ns, "serving", f"dra-{suffix}", "server-0")
     pending = claim_body("huge", memory="200Gi")
@@ -155,7 +162,7 @@ def cluster(api: ApiClient, ns: str) -> str:
             "message": "no node fits: 2/2 CardInsufficientMemory",
         },
     )
-    allocated = encode_pod_devices([[ContainerDevice(LEGACY_UUID, "NVIDIA", 3000, 30)]])
+    allocated = encode_pod_devices([[ContainerDevice(legacy_uuid(suffix), "NVIDIA", 3000, 30)]])
     core.create_namespaced_pod(
         ns,
         {
@@ -182,7 +189,7 @@ def test_json_view_has_dra_and_legacy_shares_and_pending_reason(
     assert dra["allocatedCores"] == 30
     assert [(s["holder"], s["pods"]) for s in dra["shares"]] == [("serving", ["server-0"])]
     assert gpus[(f"dra-{cluster}", "gpu-0")]["shares"] == []
-    legacy = gpus[(f"legacy-{cluster}", LEGACY_UUID)]
+    legacy = gpus[(f"legacy-{cluster}", legacy_uuid(cluster))]
     assert (legacy["mode"], legacy["allocatedMemoryBytes"], legacy["allocatedCores"]) == (
         "legacy",
         3000 << 20,
@@ -211,6 +218,34 @@ def test_text_view_shows_bars_and_holders(cluster: str, kubeconfig: Path, ns: st
     assert "25%" in text
     assert "Pending claims" in text
     assert "CardInsufficientMemory" in text
+
+
+def test_the_default_is_a_row_per_node_busiest_first(
+    cluster: str, kubeconfig: Path, ns: str, capsys
+):
+    text = run_status(kubeconfig, capsys, "--namespace", ns)
+    lines = [line for line in text.splitlines() if line.startswith(("dra-", "legacy-"))]
+    rows = {line.split()[0]: line for line in lines}
+    nodes = [line.split()[0] for line in lines]
+    # 3000Mi of the T4's 15Gi is a larger share than 20Gi of the two A100s' 160Gi.
+    assert nodes.index(f"legacy-{cluster}") < nodes.index(f"dra-{cluster}")
+    assert "2 x NVIDIA-A100-SXM4-80GB" in rows[f"dra-{cluster}"]
+    assert "20.0Gi/160.0Gi" in rows[f"dra-{cluster}"]
+    assert rows[f"dra-{cluster}"].endswith("  1")
+    assert "GPU shares" not in text and f"{ns}/serving" not in text
+    assert "dra-driver status --node <name>" in text and "-o wide" in text
+    assert "Pending claims: 1" in text and "CardInsufficientMemory" in text
+
+
+def test_wide_lists_every_gpu_and_share_like_node_does_for_one(
+    cluster: str, kubeconfig: Path, ns: str, capsys
+):
+    wide = run_status(kubeconfig, capsys, "-o", "wide", "--namespace", ns)
+    node = run_status(kubeconfig, capsys, "--node", f"dra-{cluster}", "--namespace", ns)
+    for text in (wide, node):
+        assert "GPU shares" in text
+        assert f"{ns}/serving 20.0Gi 30% pods=server-0" in text
+    assert f"legacy-{cluster}" in wide and f"legacy-{cluster}" not in node.split("Pending")[0]
 
 
 def opt_out_config(source: str) -> list[dict]:
@@ -292,7 +327,7 @@ def test_shares_with_enforcement_off_are_marked_with_why(
         ),
         (f"legacy-{opt_outs}", "bench"): (False, "container cuda sets CUDA_DISABLE_CONTROL=true"),
     }
-    text = run_status(kubeconfig, capsys, "--namespace", ns)
+    text = run_status(kubeconfig, capsys, "-o", "wide", "--namespace", ns)
     assert text.count("[limits off]") == 3
     rows = {line.split("│")[1].strip(): line for line in text.splitlines() if " off " in line}
     assert set(rows) == {f"{ns}/batch", f"{ns}/tuning", f"{ns}/bench"}
