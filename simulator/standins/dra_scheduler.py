@@ -4,9 +4,14 @@ It reproduces what a real v1.36 kube-scheduler did with claims allocated by a th
 party (reference kubernetes-dra.md §2, "Verified on a real ..."): the pod goes to the
 node of `allocation.nodeSelector`; PreBind adds the pod to `status.reservedFor` and, in
 that same write, stamps an `allocationTimestamp` the allocator left out (the API server
-refuses that as "field is immutable", so such a pod never binds); then `pods/binding`.
-When the pod does not fit that node for another reason (taints, node selector,
-unschedulable node, cpu/memory/pods), the claim stays allocated and unreserved and the
+refuses that as "field is immutable", so such a pod never binds), and writes nothing
+when the claim is already reserved for the pod; then `pods/binding`. Filter runs
+kube-scheduler's default plugin order (node_fit.py): a node that fails the node
+predicates (taints, selector, unschedulable, cpu/memory/pods) never reaches
+DynamicResources' check of the allocated claims, so when the pod fits nowhere for such
+reasons the claim stays allocated and unreserved; a node that passes them but that
+an allocated claim cannot reach marks the claim unavailable, and PostFilter then
+clears ONE unavailable claim reserved by nobody or only by this pod. Either way the
 pod gets PodScheduled=False.
 
 By default it never allocates claims itself (the controller-allocated mode: an
@@ -16,18 +21,23 @@ the scheduler-allocated mode can be simulated. The allocation, the reservation a
 `resource.kubernetes.io/delete-protection` finalizer are written in PreBind, as
 kube-scheduler does for claims it allocates.
 
-This file owns the scheduling queue (poll, backoff) and one scheduling cycle (Filter
-over every node, then PreBind and Bind on the first feasible one). It calls
-node_fit.py for the per-node predicates, dra_allocator.py for the pure device
-allocation, and dra_scheduler_api.py for every read and write.
+Like kube-scheduler it reads from watch-fed caches (dra_scheduler_cache.py, fed by
+watch_reflector.py: one list+watch per resource, not one list per cycle), takes pods
+from a queue the watch fills (dra_scheduler_queue.py: backoff on failure, woken when
+a claim the pod uses or a node changes), runs one scheduling cycle at a time (pure
+over the cache) and carries out its writes asynchronously, several bindings in
+flight, the placed pod assumed on its node meanwhile. `schedule()` runs one cycle on
+objects read for it, for tests and one-off use. Every request goes through
+dra_scheduler_api.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client as k8s
@@ -35,11 +45,9 @@ from kubernetes.client.rest import ApiException
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.api_time import api_time
+from dra_driver.objects.node_predicates import pod_resource_requests
 from dra_driver.objects.pod_claims import pod_claim_names
-from dra_driver.process.runtime import wait_event
 from simulator.standins.dra_allocator import (
-    DeviceRequest,
-    DeviceUsage,
     Pick,
     build_allocation,
     build_requests,
@@ -48,13 +56,17 @@ from simulator.standins.dra_allocator import (
     plan_allocation,
 )
 from simulator.standins.dra_scheduler_api import SchedulerAPI, api_message
+from simulator.standins.dra_scheduler_cache import SchedulerCache, key_of
+from simulator.standins.dra_scheduler_queue import SchedulingQueue
 from simulator.standins.node_fit import (
     CLAIM_NOT_ON_NODE,
+    NodeInfo,
     deallocatable,
-    fit_failure,
+    fit_failure_on,
     unavailable_claims,
 )
 from simulator.standins.scheduler_extender import FilterResult, unschedulable_message
+from simulator.standins.watch_reflector import Reflector
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +80,13 @@ class SchedulerSettings:
 
     `allocate`: allocate unallocated claims itself (scheduler-allocated mode); off by
     default, because in the controller-allocated mode the controller is the only allocator.
-    `poll_interval`: seconds between two listings of pending pods in `run`.
+    `poll_interval`: seconds a failed list or watch waits before it is tried again.
     `initial_backoff` / `max_backoff`: seconds a pod that did not fit waits before its next
     attempt, doubled per failure; kube-scheduler's podInitialBackoffSeconds (1) and
-    podMaxBackoffSeconds (10).
+    podMaxBackoffSeconds (10). A change of a claim the pod uses, or of a node, ends the
+    wait early.
+    `parallelism`: pods whose writes (PreBind, binding, or the PodScheduled=False
+    condition) may be in flight at once; kube-scheduler binds asynchronously too.
     """
 
     scheduler_name: str = SCHEDULER_NAME
@@ -79,6 +94,7 @@ class SchedulerSettings:
     poll_interval: float = 0.1
     initial_backoff: float = 1.0
     max_backoff: float = 10.0
+    parallelism: int = 16
 
 
 @dataclass(frozen=True)
@@ -90,18 +106,49 @@ class SchedulingOutcome:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class _AllocationContext:
-    """What one scheduling cycle allocates from: read once, tried on every node."""
+@dataclass(frozen=True)
+class _Placement:
+    """A cycle's choice: the node, the pod's claims, the allocations decided here (by
+    claim index) and the claims as assumed with them."""
 
-    requests: Sequence[DeviceRequest]
-    classes: Mapping[str, Mapping[str, Any]]
-    slices: Sequence[Mapping[str, Any]]
-    usage: DeviceUsage
+    node: str
+    claims: list[dict[str, Any]]
+    allocations: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    def assumed_claims(self) -> list[dict[str, Any]]:
+        return [
+            {**self.claims[i], "status": {**(self.claims[i].get("status") or {}), "allocation": a}}
+            for i, a in self.allocations.items()
+        ]
+
+
+@dataclass(frozen=True)
+class _Rejection:
+    """A cycle that found no node: the condition to write, and PostFilter's claim to clear."""
+
+    reason: str
+    message: str
+    deallocate: dict[str, Any] | None = None
+
+
+@dataclass
+class _RunState:
+    """What `run` shares with the tasks carrying out its cycles."""
+
+    cache: SchedulerCache
+    queue: SchedulingQueue
+    slots: asyncio.Semaphore
+    in_flight: set[str] = field(default_factory=set)
+    woken: set[str] = field(default_factory=set)
+    """Pods an event woke while their writes were in flight: tried again at once."""
+
+    def wake(self, key: str) -> None:
+        self.cache.parked.discard(key)
+        self.queue.add(key)
 
 
 class DRAScheduler:
-    """Schedules one pod at a time through the API, like kube-scheduler's DRA path."""
+    """Schedules pods through the API, like kube-scheduler's DRA path."""
 
     def __init__(
         self,
@@ -115,171 +162,245 @@ class DRAScheduler:
         self.scheduler_name = self.settings.scheduler_name
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Schedule this scheduler's unbound pods until `stop` is set.
-
-        Pending pods are listed every `poll_interval`; a pod that did not fit (or whose
-        cycle failed on an API error) waits an exponential backoff before its next try,
-        like kube-scheduler's backoff queue.
-        """
+        """Schedule this scheduler's unbound pods until `stop` is set."""
         loop = asyncio.get_running_loop()
-        backoff: dict[str, tuple[float, float]] = {}
-        selector = f"spec.nodeName=,spec.schedulerName={self.scheduler_name}"
-        while not stop.is_set():
-            try:
-                listed = await self.api.read(
-                    self.api.core.list_pod_for_all_namespaces, field_selector=selector
-                )
-            except ApiException as error:
-                log.warning("listing pending pods failed", extra={"error": str(error)})
-                listed = {"items": []}
-            pending = [p for p in listed["items"] if not p["metadata"].get("deletionTimestamp")]
-            for pod in pending:
-                if stop.is_set():
-                    break
-                uid = pod["metadata"]["uid"]
-                retry_at, delay = backoff.get(uid, (0.0, 0.0))
-                if retry_at > loop.time():
+        queue = SchedulingQueue(self.settings.initial_backoff, self.settings.max_backoff)
+        cache = SchedulerCache(self.scheduler_name)
+        state = _RunState(cache, queue, asyncio.Semaphore(self.settings.parallelism))
+        cache.wake = state.wake
+        reflectors = [
+            Reflector(name, method, loop, functools.partial(cache.apply, name))
+            for name, method in self._watched().items()
+        ]
+        for reflector in reflectors:
+            reflector.retry_s = self.settings.poll_interval
+            reflector.start()
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            await _first_of(stop.wait(), *(r.synced.wait() for r in reflectors))
+            while (key := await queue.pop(stop)) is not None:
+                pod = cache.pods.get(key)
+                if key in state.in_flight:
+                    state.woken.add(key)
                     continue
-                metadata = pod["metadata"]
-                try:
-                    outcome = await self.schedule(metadata["namespace"], metadata["name"])
-                except ApiException as error:
-                    outcome = SchedulingOutcome(None, "SchedulerError", api_message(error))
-                if outcome.node is not None:
-                    backoff.pop(uid, None)
+                if pod is None or not cache.pending(pod):
+                    queue.done(key)
                     continue
-                delay = min(delay * 2, self.settings.max_backoff) or self.settings.initial_backoff
-                backoff[uid] = (loop.time() + delay, delay)
-                log.info(
-                    "pod not scheduled",
-                    extra={"pod": f"{metadata['namespace']}/{metadata['name']}", "retry_in": delay},
-                )
-            live = {p["metadata"]["uid"] for p in pending}
-            for uid in [u for u in backoff if u not in live]:
-                del backoff[uid]
-            await wait_event(stop, self.settings.poll_interval)
+                await state.slots.acquire()
+                decision = self._cycle(cache, pod)
+                if isinstance(decision, _Rejection):
+                    cache.parked.add(key)
+                else:
+                    cache.assume(key, decision.node, decision.assumed_claims())
+                state.in_flight.add(key)
+                task = asyncio.create_task(self._finish(state, pod, decision))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            for reflector in reflectors:
+                reflector.stop()
+            for task in list(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for reflector in reflectors:
+                await asyncio.to_thread(reflector.join)
+
+    def _watched(self) -> dict[str, Any]:
+        watched = {
+            "nodes": self.api.core.list_node,
+            "pods": self.api.core.list_pod_for_all_namespaces,
+            "claims": self.api.resource.list_resource_claim_for_all_namespaces,
+        }
+        if self.settings.allocate:
+            watched["slices"] = self.api.resource.list_resource_slice
+            watched["classes"] = self.api.resource.list_device_class
+        return watched
+
+    async def _finish(
+        self, state: _RunState, pod: dict[str, Any], decision: _Placement | _Rejection
+    ) -> None:
+        """A cycle's writes, then the pod's place in the queue."""
+        key = key_of(pod)
+        try:
+            outcome = await self._carry_out(state.cache, pod, decision)
+        except ApiException as error:
+            outcome = SchedulingOutcome(None, "SchedulerError", api_message(error))
+            log.warning("writing a scheduling outcome failed", extra={"pod": key, **vars(outcome)})
+        finally:
+            state.in_flight.discard(key)
+            state.slots.release()
+        woken = key in state.woken
+        state.woken.discard(key)
+        if outcome.node is not None:
+            state.queue.done(key)
+            return
+        cached = state.cache.pods.get(key)
+        if cached is None or not state.cache.pending(cached):
+            return
+        if woken:
+            state.wake(key)
+            return
+        state.cache.parked.add(key)
+        delay = state.queue.back_off(key)
+        log.info("pod not scheduled", extra={"pod": key, "retry_in": delay})
 
     async def schedule(self, namespace: str, name: str) -> SchedulingOutcome:
-        """One scheduling cycle for the pod; the outcome is also written to the pod."""
+        """One scheduling cycle for the pod, on objects read for it; the outcome is also
+        written (binding, or PodScheduled=False)."""
         pod = await self.api.read(self.api.core.read_namespaced_pod, name, namespace)
-        spec = pod.get("spec") or {}
-        if spec.get("nodeName") or spec.get("schedulerName") != self.scheduler_name:
-            return SchedulingOutcome(spec.get("nodeName"))
-        claims = []
-        for claim_name in pod_claim_names(pod).values():
-            if claim_name is None:
-                return await self._reject(pod, "SchedulerError", "waiting for resource claim")
-            claims.append(
-                await self.api.read(
-                    self.api.resource.read_namespaced_resource_claim, claim_name, namespace
-                )
-            )
-        unallocated = [c for c in claims if not (c.get("status") or {}).get("allocation")]
-        context = None
-        if self.settings.allocate and unallocated:
-            try:
-                context = await self._allocation_context(unallocated)
-            except InvalidParameterError as error:
-                return await self._reject(pod, "SchedulerError", str(error))
-        nodes = (await self.api.read(self.api.core.list_node))["items"]
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        feasible: list[tuple[str, list[Pick]]] = []
-        unavailable: set[int] = set()
-        for node in nodes:
-            picks: list[Pick] = []
-            reason = await self._fit(pod, node)
-            if reason is None:
-                missing = unavailable_claims(node, claims)
-                if missing:
-                    unavailable.update(missing)
-                    reason = CLAIM_NOT_ON_NODE, False
-            if reason is None and unallocated:
-                planned = None
-                if context is not None:
-                    devices = node_pool_devices(context.slices, node)
-                    try:
-                        planned = plan_allocation(context.requests, devices, context.usage)
-                    except InvalidParameterError as error:
-                        return await self._reject(pod, "SchedulerError", str(error))
-                if planned is None:
-                    reason = CANNOT_ALLOCATE, False
-                else:
-                    picks = planned
-            if reason is None:
-                feasible.append((node["metadata"]["name"], picks))
-            elif reason[1]:
-                failed[node["metadata"]["name"]] = reason[0]
-            else:
-                unresolvable[node["metadata"]["name"]] = reason[0]
-        if not feasible:
-            await self._post_filter(pod, [claims[i] for i in sorted(unavailable)])
-            message = unschedulable_message(len(nodes), FilterResult([], failed, unresolvable))
-            return await self._reject(pod, "Unschedulable", message)
-        node_name, picks = feasible[0]
-        allocations = {
-            id(claim): build_allocation(
-                claim,
-                [p for p in picks if p.request.claim == index],
-                context.classes,
-                node_name,
-                api_time(),
-            )
-            for index, claim in enumerate(unallocated)
-            if context is not None
-        }
+        cache = SchedulerCache(self.scheduler_name)
+        for resource, method in self._watched().items():
+            cache.apply(resource, "LIST", (await self.api.read(method))["items"])
+        cache.apply("pods", "MODIFIED", pod)
+        if not cache.pending(pod):
+            return SchedulingOutcome((pod.get("spec") or {}).get("nodeName"))
+        decision = self._cycle(cache, pod)
+        if isinstance(decision, _Placement):
+            cache.assume(key_of(pod), decision.node, decision.assumed_claims())
+        return await self._carry_out(cache, pod, decision)
+
+    async def _carry_out(
+        self, cache: SchedulerCache, pod: dict[str, Any], decision: _Placement | _Rejection
+    ) -> SchedulingOutcome:
+        if isinstance(decision, _Rejection):
+            if decision.deallocate is not None:
+                await self._post_filter_write(decision.deallocate)
+            await self.api.write_unscheduled(pod, decision.reason, decision.message)
+            return SchedulingOutcome(None, decision.reason, decision.message)
         try:
-            for claim in claims:
-                allocation = allocations.get(id(claim))
+            for index, claim in enumerate(decision.claims):
+                allocation = decision.allocations.get(index)
                 if allocation is None:
                     await self.api.write_reservation(claim, pod)
                 else:
                     await self.api.write_allocation(claim, allocation, pod)
         except ApiException as error:
             message = f'running PreBind plugin "DynamicResources": {api_message(error)}'
-            return await self._reject(pod, "SchedulerError", message)
-        await self.api.write_binding(pod, node_name)
-        return SchedulingOutcome(node_name)
+            return await self._bind_failed(cache, pod, decision, message)
+        try:
+            await self.api.write_binding(pod, decision.node)
+        except ApiException as error:
+            return await self._bind_failed(cache, pod, decision, api_message(error))
+        return SchedulingOutcome(decision.node)
 
-    async def _post_filter(
-        self, pod: dict[str, Any], unavailable: Sequence[dict[str, Any]]
-    ) -> None:
-        """DynamicResources' PostFilter: deallocate ONE unavailable claim nobody else reserved,
-        so that it can be allocated again where the pod fits (an API error is logged: the
-        cycle ends Unschedulable either way)."""
-        for claim in unavailable:
-            if deallocatable(claim, pod["metadata"]["uid"]):
-                try:
-                    await self.api.write_deallocation(claim)
-                except ApiException as error:
-                    log.warning(
-                        "deallocating an unavailable claim failed",
-                        extra={"claim": claim["metadata"]["name"], "error": api_message(error)},
-                    )
-                return
+    async def _bind_failed(
+        self, cache: SchedulerCache, pod: dict[str, Any], decision: _Placement, message: str
+    ) -> SchedulingOutcome:
+        cache.forget(key_of(pod), decision.assumed_claims())
+        await self.api.write_unscheduled(pod, "SchedulerError", message)
+        return SchedulingOutcome(None, "SchedulerError", message)
 
-    async def _allocation_context(
-        self, unallocated: Sequence[dict[str, Any]]
-    ) -> _AllocationContext:
-        listed_classes = await self.api.read(self.api.resource.list_device_class)
-        classes = {c["metadata"]["name"]: c for c in listed_classes["items"]}
-        requests = build_requests(unallocated, classes)
-        slices = (await self.api.read(self.api.resource.list_resource_slice))["items"]
-        every_claim = await self.api.read(self.api.resource.list_resource_claim_for_all_namespaces)
-        return _AllocationContext(requests, classes, slices, device_usage(every_claim["items"]))
+    async def _post_filter_write(self, claim: dict[str, Any]) -> None:
+        """PostFilter's deallocation; an API error is logged (the cycle is Unschedulable
+        either way, and the next one sees the claim as it is then)."""
+        try:
+            await self.api.write_deallocation(claim)
+        except ApiException as error:
+            log.warning(
+                "deallocating an unavailable claim failed",
+                extra={"claim": key_of(claim), "error": api_message(error)},
+            )
 
-    async def _fit(self, pod: dict[str, Any], node: dict[str, Any]) -> tuple[str, bool] | None:
-        node_name = node["metadata"]["name"]
-        listed = await self.api.read(
-            self.api.core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node_name}"
-        )
-        on_node = [
-            p
-            for p in listed["items"]
-            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    # ---- one scheduling cycle (no I/O) -------------------------------------------
+
+    def _cycle(self, cache: SchedulerCache, pod: dict[str, Any]) -> _Placement | _Rejection:
+        namespace = pod["metadata"]["namespace"]
+        claims = []
+        for claim_name in pod_claim_names(pod).values():
+            if claim_name is None:
+                return _Rejection("SchedulerError", "waiting for resource claim")
+            claim = cache.claim(namespace, claim_name)
+            if claim is None:
+                message = f'resourceclaims.resource.k8s.io "{claim_name}" not found'
+                return _Rejection("SchedulerError", message)
+            claims.append(claim)
+        unallocated = [
+            i for i, c in enumerate(claims) if not (c.get("status") or {}).get("allocation")
         ]
-        return fit_failure(pod, node, on_node)
+        try:
+            return self._filter(cache, pod, claims, unallocated)
+        except InvalidParameterError as error:
+            return _Rejection("SchedulerError", str(error))
 
-    async def _reject(self, pod: dict[str, Any], reason: str, message: str) -> SchedulingOutcome:
-        await self.api.write_unscheduled(pod, reason, message)
-        return SchedulingOutcome(None, reason, message)
+    def _filter(
+        self,
+        cache: SchedulerCache,
+        pod: dict[str, Any],
+        claims: list[dict[str, Any]],
+        unallocated: Sequence[int],
+    ) -> _Placement | _Rejection:
+        """Filter over the nodes, first feasible wins; when none is, the FitError message
+        over every node and PostFilter's pick."""
+        requested = pod_resource_requests(pod)
+        allocator = (
+            _Allocator(cache, [claims[i] for i in unallocated])
+            if (self.settings.allocate and unallocated)
+            else None
+        )
+        nodes = cache.node_infos()
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        unavailable: set[int] = set()
+        for info in nodes:
+            reason = fit_failure_on(pod, requested, info)
+            if reason is None:
+                missing = unavailable_claims(info.node, claims)
+                if missing:
+                    unavailable.update(missing)
+                    reason = CLAIM_NOT_ON_NODE, False
+            picks: list[Pick] = []
+            if reason is None and unallocated:
+                planned = allocator.plan(info) if allocator is not None else None
+                if planned is None:
+                    reason = CANNOT_ALLOCATE, False
+                else:
+                    picks = planned
+            if reason is None:
+                allocations = allocator.allocations(info, picks, unallocated) if allocator else {}
+                return _Placement(info.name, claims, allocations)
+            (failed if reason[1] else unresolvable)[info.name] = reason[0]
+        message = unschedulable_message(len(nodes), FilterResult([], failed, unresolvable))
+        uid = pod["metadata"]["uid"]
+        cleared = next(
+            (claims[i] for i in sorted(unavailable) if deallocatable(claims[i], uid)), None
+        )
+        return _Rejection("Unschedulable", message, cleared)
+
+
+async def _first_of(stop: Coroutine[Any, Any, Any], *synced: Coroutine[Any, Any, Any]) -> None:
+    """Until `stop` is done or every one of `synced` is."""
+    waiters = [asyncio.ensure_future(stop), asyncio.ensure_future(asyncio.gather(*synced))]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+
+
+class _Allocator:
+    """The scheduler-allocated mode's per-cycle view: requests, classes, device usage."""
+
+    def __init__(self, cache: SchedulerCache, unallocated: list[dict[str, Any]]) -> None:
+        self.cache = cache
+        self.unallocated = unallocated
+        self.requests = build_requests(unallocated, cache.classes)
+        self.usage = device_usage(list(cache.every_claim()))
+
+    def plan(self, info: NodeInfo) -> list[Pick] | None:
+        devices = node_pool_devices(self.cache.slices_for(info.node), info.node)
+        return plan_allocation(self.requests, devices, self.usage)
+
+    def allocations(
+        self, info: NodeInfo, picks: Sequence[Pick], indexes: Sequence[int]
+    ) -> dict[int, dict[str, Any]]:
+        now = api_time()
+        return {
+            index: build_allocation(
+                claim,
+                [p for p in picks if p.request.claim == position],
+                self.cache.classes,
+                info.name,
+                now,
+            )
+            for position, (index, claim) in enumerate(zip(indexes, self.unallocated, strict=True))
+        }

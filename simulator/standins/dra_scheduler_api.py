@@ -6,8 +6,12 @@ what the server answered, not on client models); PreBind either adds the pod to
 `status.reservedFor` of a claim allocated by someone else (stamping an
 `allocationTimestamp` the allocator left out, which the server refuses as
 immutable) or, for a claim allocated here, adds the delete-protection finalizer and
-then writes allocation and reservation in one status write; `pods/binding` places
-the pod; a pod that does not fit gets PodScheduled=False. It decides nothing; it may
+then writes allocation and reservation in one status write; PostFilter clears an
+unavailable claim's allocation, reservation and devices; `pods/binding` places the
+pod; a pod that does not fit gets PodScheduled=False (a strategic merge patch of
+`pods/status`, like kube-scheduler's). The objects it is given come from the
+scheduler's cache and are never modified. Requests say
+`kube-scheduler/<version> ... simulator` (user_agents.py). It decides nothing; it may
 call the official kubernetes client and dra_driver.objects.
 """
 
@@ -96,21 +100,22 @@ class SchedulerAPI:
             raise
 
     async def write_reservation(self, claim: dict[str, Any], pod: dict[str, Any]) -> None:
-        """PreBind for a claim allocated by someone else: the pod joins `reservedFor`."""
+        """PreBind for a claim allocated by someone else: the pod joins `reservedFor`; no
+        write when it is there already (the allocator reserved it in its own write)."""
         status = claim["status"]
-        reserved = status.setdefault("reservedFor", [])
+        reserved = list(status.get("reservedFor") or [])
         if any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
             return
         reserved.append(
             {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
         )
-        status["allocation"].setdefault("allocationTimestamp", api_time())
+        allocation = {"allocationTimestamp": api_time(), **status["allocation"]}
         metadata = claim["metadata"]
         await asyncio.to_thread(
             self.resource.replace_namespaced_resource_claim_status,
             metadata["name"],
             metadata["namespace"],
-            claim,
+            {**claim, "status": {**status, "allocation": allocation, "reservedFor": reserved}},
             _preload_content=False,
         )
 
@@ -149,23 +154,34 @@ class SchedulerAPI:
         )
 
     async def write_unscheduled(self, pod: dict[str, Any], reason: str, message: str) -> None:
-        """PodScheduled=False with kube-scheduler's reason and message, replacing any before."""
-        status = pod.setdefault("status", {})
+        """PodScheduled=False with kube-scheduler's reason and message, as the strategic
+        merge patch of `pods/status` it sends; nothing when the pod already says so (as
+        kube-scheduler skips an update that changes no condition)."""
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+        if (current.get("status"), current.get("reason"), current.get("message")) == (
+            "False",
+            reason,
+            message,
+        ):
+            return
         condition = {
             "type": "PodScheduled",
             "status": "False",
             "lastProbeTime": None,
-            "lastTransitionTime": api_time(),
+            "lastTransitionTime": (
+                current["lastTransitionTime"]
+                if current.get("status") == "False" and current.get("lastTransitionTime")
+                else api_time()
+            ),
             "reason": reason,
             "message": message,
         }
-        others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
-        status["conditions"] = [*others, condition]
         metadata = pod["metadata"]
         await asyncio.to_thread(
-            self.core.replace_namespaced_pod_status,
+            self.core.patch_namespaced_pod_status,
             metadata["name"],
             metadata["namespace"],
-            pod,
+            {"status": {"conditions": [condition]}},
             _preload_content=False,
         )
