@@ -51,7 +51,9 @@ async def test_a_thousand_allocations_survive_conflicts_errors_and_lost_watches(
                     )
                 if start // BATCH % 4 == 2:
                     rules.append(
-                        faults.fail(r"/resourceclaims/", verb="PATCH", status=500, times=15)
+                        faults.fail(
+                            r"/resourceclaims/[^/]+/status", verb="PUT", status=500, times=15
+                        )
                     )
                     rules.append(faults.fail(r"/resourceclaims/[^/]+/status", status=429, times=10))
                 if start // BATCH % 4 == 3:
