@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_vendors import DraVendor
+from dra_driver.objects.pod_claims import container_claim_entries
 from kubeletplugin.ascend_env import NpuShare, vnpu_env
 from kubeletplugin.prepare_plan import ClaimPlan, base_request
 from kubeletplugin.vendor_env import share_env
@@ -225,3 +227,14 @@ def build_vendor_claim_edits(
         common=ContainerEdits(env=(), mounts=()),
         per_grant=tuple(per_grant[i] for i in range(len(plan.grants))),
     )
+
+
+def claim_uses(pod: Mapping[str, Any], pod_name: str, claim: str) -> list[ContainerUse]:
+    """What each container of the pod names of the claim (None: the whole claim)."""
+    uses = []
+    for container, entries in container_claim_entries(pod).items():
+        requests = [request for name, request in entries if name == claim]
+        if requests:
+            named = None if "" in requests else frozenset(requests)
+            uses.append(ContainerUse(pod_name, container, named))
+    return uses

@@ -42,6 +42,7 @@ from api.vgpu_config import (
     without_opt_outs,
 )
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
 from kubeletplugin.gpus import GpuInfo
 from libvgpu.container_edits import CorePolicy
 
@@ -415,3 +416,16 @@ def overcommitted(
                 f"{grant.device}: {total.cores} cores prepared, {capacity.cores} available"
             )
     return None
+
+
+def plan_vendor(plan: ClaimPlan) -> DraVendor:
+    """The family of the claim's cards on this node; a node's plugin serves one family, so
+    cards of two families in one claim's results mean a broken inventory."""
+    found = {grant.gpu.vendor for grant in plan.grants}
+    if len(found) > 1:
+        raise InvalidParameterError(
+            "status.allocation.devices.results",
+            f"claim {plan.namespace}/{plan.name} ({plan.uid}) has cards of several vendors "
+            f"here ({', '.join(sorted(found))}); one plugin serves one family",
+        )
+    return dra_vendor(found.pop() if found else NVIDIA.id)

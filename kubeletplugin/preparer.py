@@ -31,10 +31,10 @@ from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_object
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
-from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
+from dra_driver.objects.dra_vendors import NVIDIA
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
 from dra_driver.objects.names import is_dns_label, is_dns_subdomain
-from dra_driver.objects.pod_claims import container_claim_entries, container_claims, reserving_pods
+from dra_driver.objects.pod_claims import container_claims, reserving_pods
 from dra_driver.objects.tamper_rules import tamper_findings
 from kubeletplugin.amdsmi_backend import AMD
 from kubeletplugin.checkpoint import (
@@ -49,6 +49,7 @@ from kubeletplugin.claim_layout import (
     ContainerUse,
     build_claim_edits,
     build_vendor_claim_edits,
+    claim_uses,
     plan_views,
 )
 from kubeletplugin.host_files import (
@@ -68,12 +69,17 @@ from kubeletplugin.prepare_plan import (
     base_request,
     overcommitted,
     plan_claim,
+    plan_vendor,
 )
+from kubeletplugin.usage_ledger import UsageLedger, record_holdings
 from libvgpu.cache_dirs import CacheDirError, CacheDirSettings, create_cache_dir, remove_cache_dir
 from libvgpu.cache_paths import CLAIMS_DIR, claim_cache_location
 from libvgpu.settings import LibvgpuPaths, guarded_paths
 
 log = logging.getLogger(__name__)
+
+PREPARED, IN_FLIGHT = "prepared", "in flight"
+"""A claim's two holdings in the ledger: its record's devices, its grants before completion."""
 
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
 EVENT_REASON_OPT_OUT_IGNORED = OPT_OUT_IGNORED
@@ -156,6 +162,8 @@ class ClaimPreparer:
         self._in_flight: dict[str, tuple[str, tuple[DeviceGrant, ...]]] = {}
         """Claims between their over-commit check and PrepareCompleted: holder, grants.
         Their checkpoint record has no devices yet, so concurrent prepares see them here."""
+        self._usage = UsageLedger()
+        """What the records and `_in_flight` hold per device, for the over-commit check."""
         self._checkpoint_lock = asyncio.Lock()
         self._changes = 0
         self._written = 0
@@ -163,6 +171,8 @@ class ClaimPreparer:
     async def start(self) -> None:
         """Load the checkpoint and undo whatever a crash or reboot left behind."""
         self.checkpoint = await asyncio.to_thread(self.checkpoint_file.load)
+        for uid, record in self.checkpoint.claims.items():
+            self._usage.hold((uid, PREPARED), record_holdings(record))
         await asyncio.to_thread(self.cdi.sweep_temp_files)
         for uid, record in list(self.checkpoint.claims.items()):
             if record.state is PrepareState.STARTED:
@@ -242,10 +252,12 @@ class ClaimPreparer:
             node_pods = await self._node_pods() if self.settings.mixed_mode else None
             # From here to the STARTED record no await: the check and the claim's entry
             # in `_in_flight` are one step for every other prepare.
-            others = self._prepared_shares(ref.uid)
-            problem = overcommitted([share[1:] for share in others], plan, devices)
+            others = self._usage.totals_except([(ref.uid, PREPARED), (ref.uid, IN_FLIGHT)])
+            problem = overcommitted(others, plan, devices)
             if problem is None and node_pods is not None:
-                problem = prepare_overcommit(plan, others, node_pods, devices)
+                problem = prepare_overcommit(
+                    plan, self._prepared_shares(ref.uid), node_pods, devices
+                )
             if problem is not None:
                 raise InvalidParameterError("status.allocation", problem)
             nonce = record.cache_nonce if record is not None else uuidlib.uuid4().hex
@@ -253,6 +265,10 @@ class ClaimPreparer:
                 ref.uid, ref.namespace, ref.name, PrepareState.STARTED, cache_nonce=nonce, pods=pods
             )
             self._in_flight[ref.uid] = (f"claim {ref.namespace}/{ref.name}", plan.grants)
+            self._usage.hold(
+                (ref.uid, IN_FLIGHT),
+                ((g.device, g.memory_limit_bytes, g.core_limit) for g in plan.grants),
+            )
             try:
                 await self._record(started)
                 try:
@@ -263,6 +279,7 @@ class ClaimPreparer:
                 await self._record(replace(started, state=PrepareState.COMPLETED, devices=prepared))
             finally:
                 self._in_flight.pop(ref.uid, None)
+                self._usage.release((ref.uid, IN_FLIGHT))
             if plan.uncharged:
                 self._event(
                     claim,
@@ -279,7 +296,8 @@ class ClaimPreparer:
             return PrepareResult(prepared, pods=pods)
 
     def _prepared_shares(self, uid: str) -> list[PreparedShare]:
-        """Every other claim's devices prepared or being prepared here."""
+        """Every other claim's devices prepared or being prepared here, by holder (for
+        mixed mode's message; the plain check reads the ledger's totals)."""
         shares = [
             (
                 f"claim {other.namespace}/{other.name}",
@@ -487,10 +505,12 @@ class ClaimPreparer:
             raise DriverError(f"claim {uid}: cache dir not removed: {error}") from error
         if uid in self.checkpoint.claims:
             self.checkpoint.claims.pop(uid, None)
+            self._usage.release((uid, PREPARED))
             await self._persist()
 
     async def _record(self, record: ClaimRecord) -> None:
         self.checkpoint.claims[record.uid] = record
+        self._usage.hold((record.uid, PREPARED), record_holdings(record))
         await self._persist()
 
     async def _persist(self) -> None:
@@ -522,19 +542,6 @@ class ClaimPreparer:
         return uids
 
 
-def plan_vendor(plan: ClaimPlan) -> DraVendor:
-    """The family of the claim's cards on this node; a node's plugin serves one family, so
-    cards of two families in one claim's results mean a broken inventory."""
-    found = {grant.gpu.vendor for grant in plan.grants}
-    if len(found) > 1:
-        raise InvalidParameterError(
-            "status.allocation.devices.results",
-            f"claim {plan.namespace}/{plan.name} ({plan.uid}) has cards of several vendors "
-            f"here ({', '.join(sorted(found))}); one plugin serves one family",
-        )
-    return dra_vendor(found.pop() if found else NVIDIA.id)
-
-
 def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths) -> None:
     """The second line behind admission: a reserving pod with a container that could
     lift libvgpu's limits (privileged, CAP_SYS_ADMIN, a hostPath over its files) is not
@@ -545,14 +552,3 @@ def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths)
         raise InvalidParameterError(
             f"pod {pod_name} container {first.container} {first.field}", first.reason
         )
-
-
-def claim_uses(pod: Mapping[str, Any], pod_name: str, claim: str) -> list[ContainerUse]:
-    """What each container of the pod names of the claim (None: the whole claim)."""
-    uses = []
-    for container, entries in container_claim_entries(pod).items():
-        requests = [request for name, request in entries if name == claim]
-        if requests:
-            named = None if "" in requests else frozenset(requests)
-            uses.append(ContainerUse(pod_name, container, named))
-    return uses
