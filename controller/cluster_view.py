@@ -74,20 +74,32 @@ DELETED_PODS_REMEMBERED = 100_000
 
 @dataclass(frozen=True, slots=True)
 class LastAllocation:
-    """What the view last saw of a claim's allocation: the claim's uid, the node, and the
-    uids of the pods that reserved it."""
+    """What the view last saw of a claim's allocation, at which resourceVersion: the
+    claim's uid, whether it was allocated, the node, the uids of the pods reserving it."""
 
+    version: int
     uid: str
+    allocated: bool
     node: str
     reserved: frozenset[str]
 
     @classmethod
     def of(cls, claim: Mapping[str, Any]) -> LastAllocation:
         return cls(
+            resource_version(claim),
             str(claim["metadata"].get("uid", "")),
+            allocation_of(claim) is not None,
             allocated_node(claim) or "",
             frozenset(str(r.get("uid", "")) for r in reservations_of(claim)),
         )
+
+
+def resource_version(obj: Mapping[str, Any]) -> int:
+    """As an integer, as the assume cache compares them; -1 when it is not one."""
+    try:
+        return int(obj["metadata"].get("resourceVersion", ""))
+    except ValueError:
+        return -1
 
 
 class ClusterHandlers(Protocol):
@@ -238,31 +250,46 @@ class ClusterView:
     def allocation_vanished(self, kind: str, claim: Mapping[str, Any]) -> LastAllocation | None:
         """Remember the claim's allocation; the last one seen when this event shows it
         gone although this process did not clear it and the claim is the same one
-        (kube-scheduler's PostFilter took it back, or kube-controller-manager freed it)."""
+        (kube-scheduler's PostFilter took it back, or kube-controller-manager freed it).
+        An event older than what the view saw (the watch lagging behind our own
+        write) says nothing."""
         key = object_key(claim)
         if kind == "DELETED":
             self._last_allocations.pop(key, None)
             return None
-        if allocation_of(claim) is not None:
-            self._last_allocations[key] = LastAllocation.of(claim)
+        last = self._last_allocations.get(key)
+        now = LastAllocation.of(claim)
+        if last is not None and now.version <= last.version:
             return None
-        last = self._last_allocations.pop(key, None)
+        if last is None and not now.allocated:
+            return None
+        self._last_allocations[key] = now
         if (
             last is None
+            or not last.allocated
+            or now.allocated
             or key in self.clearing
             or key in self.pending
-            or last.uid != claim["metadata"].get("uid")
+            or last.uid != now.uid
             or claim["metadata"].get("deletionTimestamp")
         ):
             return None
         return last
+
+    def _remember(self, stored: Mapping[str, Any]) -> None:
+        """Our own write's result, unless the watch already showed a newer version."""
+        key = object_key(stored)
+        last = self._last_allocations.get(key)
+        now = LastAllocation.of(stored)
+        if last is None or now.version > last.version:
+            self._last_allocations[key] = now
 
     def adopt(self, stored: dict[str, Any]) -> None:
         """Make a write we made part of the view before the watch shows it."""
         key = object_key(stored)
         self.claim_view.assume(stored)
         self._signatures[key] = self.usage_signature(stored)
-        self._last_allocations[key] = LastAllocation.of(stored)
+        self._remember(stored)
         self.pending.pop(key, None)
 
     def adopt_cleared(self, stored: dict[str, Any]) -> None:
@@ -270,7 +297,7 @@ class ClusterView:
         key = object_key(stored)
         self.claim_view.assume(stored)
         self._signatures[key] = self.usage_signature(stored)
-        self._last_allocations.pop(key, None)
+        self._remember(stored)
         self._usage_stale = True
 
     # ---- reading ----------------------------------------------------------------------
