@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,97 @@ def test_a_record_replaced_under_the_same_uid_is_encoded_anew(tmp_path: Path):
     assert file.load().claims == {"u1": record("u1"), "u2": record("u2")}
     file.store(Checkpoint("b", {"u2": record("u2")}))
     assert file.load().claims == {"u2": record("u2")}
+
+
+def journaled(tmp_path: Path) -> CheckpointFile:
+    """A checkpoint file that journals from its first snapshot on."""
+    return CheckpointFile(tmp_path / "checkpoint.json", "b", journal_from_bytes=1)
+
+
+@given(st.lists(st.dictionaries(names, records, max_size=4), min_size=1, max_size=6))
+def test_a_journaled_checkpoint_loads_as_the_last_state_stored(states):
+    with tempfile.TemporaryDirectory() as directory:
+        file = journaled(Path(directory))
+        for claims in states:
+            file.store(Checkpoint("b", dict(claims)))
+            assert journaled(Path(directory)).load() == Checkpoint("b", dict(claims))
+
+
+def test_stores_past_the_threshold_append_and_leave_the_snapshot_alone(tmp_path: Path):
+    file = journaled(tmp_path)
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    snapshot = file.path.read_bytes()
+    file.store(Checkpoint("b", {"u1": record("u1"), "u2": record("u2")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    assert file.path.read_bytes() == snapshot
+    assert len(file.journal_path.read_bytes().splitlines()) == 2
+    assert journaled(tmp_path).load().claims == {"u2": record("u2")}
+
+
+def test_below_the_threshold_every_store_rewrites_the_snapshot(tmp_path: Path):
+    file = CheckpointFile(tmp_path / "checkpoint.json", "b")
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    assert decode_checkpoint(file.path.read_bytes()).claims == {"u2": record("u2")}
+    assert not file.journal_path.exists()
+
+
+def test_the_journal_is_folded_into_the_snapshot_once_it_outgrows_it(tmp_path: Path):
+    file = journaled(tmp_path)
+    file.store(Checkpoint("b", {}))
+    for number in range(20):
+        file.store(Checkpoint("b", {f"u{number}": record(f"u{number}")}))
+    assert decode_checkpoint(file.path.read_bytes()).claims != {}
+    assert journaled(tmp_path).load().claims == {"u19": record("u19")}
+
+
+def test_a_torn_last_journal_line_is_ignored_and_the_next_store_rewrites(tmp_path: Path):
+    """A crash mid-append tears at most the last line: that store never returned."""
+    file = journaled(tmp_path)
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    file.store(Checkpoint("b", {"u1": record("u1"), "u2": record("u2")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    lines = file.journal_path.read_bytes().splitlines(keepends=True)
+    file.journal_path.write_bytes(lines[0] + lines[1][: len(lines[1]) // 2])
+    reopened = journaled(tmp_path)
+    loaded = reopened.load()
+    assert loaded.claims == {"u1": record("u1"), "u2": record("u2")}
+    reopened.store(Checkpoint("b", {"u3": record("u3")}))
+    assert not reopened.journal_path.exists()
+    assert journaled(tmp_path).load().claims == {"u3": record("u3")}
+
+
+def test_a_corrupt_journal_line_before_the_last_is_an_error(tmp_path: Path):
+    file = journaled(tmp_path)
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    file.store(Checkpoint("b", {"u3": record("u3")}))
+    raw = file.journal_path.read_bytes()
+    file.journal_path.write_bytes(raw.replace(b"u2", b"u9", 1))
+    with pytest.raises(CheckpointError, match="journal line 1"):
+        journaled(tmp_path).load()
+
+
+def test_a_journal_left_from_an_older_snapshot_is_ignored(tmp_path: Path):
+    """A crash between the snapshot's rename and the journal's removal leaves a
+    journal that names the previous snapshot: the new snapshot already holds it."""
+    file = journaled(tmp_path)
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    stale = file.journal_path.read_bytes()
+    CheckpointFile(file.path, "b").store(Checkpoint("b", {"u3": record("u3")}))
+    file.journal_path.write_bytes(stale)
+    assert journaled(tmp_path).load().claims == {"u3": record("u3")}
+
+
+def test_a_journal_of_another_boot_is_not_replayed(tmp_path: Path):
+    journaled(tmp_path).store(Checkpoint("b", {"u1": record("u1")}))
+    file = journaled(tmp_path)
+    file.load()
+    file.store(Checkpoint("b", {"u1": record("u1")}))
+    file.store(Checkpoint("b", {"u2": record("u2")}))
+    rebooted = CheckpointFile(file.path, "b2", journal_from_bytes=1)
+    assert rebooted.load() == Checkpoint("b2")
+    rebooted.store(Checkpoint("b2", {"u3": record("u3")}))
+    assert not rebooted.journal_path.exists()
+    assert CheckpointFile(file.path, "b2").load().claims == {"u3": record("u3")}
