@@ -84,13 +84,20 @@ class PodPlacements:
         return {node for node, until in self._avoid.get(uid, {}).items() if until > now}
 
     def moved(
-        self, uid: str, node: str, avoid_until: float, initial_delay: float, max_delay: float
+        self,
+        uid: str,
+        node: str | None,
+        avoid_until: float,
+        initial_delay: float,
+        max_delay: float,
     ) -> float:
-        """The pod's claims leave `node`: avoid it until `avoid_until`, and the delay before
-        allocating again (doubling from `initial_delay` per move, up to `max_delay`)."""
+        """The pod's claims leave `node`: avoid it until `avoid_until` (None: a claim
+        another pod holds keeps the pod there), and the delay before allocating again
+        (doubling from `initial_delay` per move, up to `max_delay`)."""
         delay = min(self._move_delays.get(uid, initial_delay / 2) * 2, max_delay)
         self._move_delays[uid] = delay
-        self._avoid.setdefault(uid, {})[node] = avoid_until
+        if node is not None:
+            self._avoid.setdefault(uid, {})[node] = avoid_until
         self._placed.pop(uid, None)
         return delay
 

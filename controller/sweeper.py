@@ -125,38 +125,48 @@ class Sweeper:
 
     def taken_back(self, claim: dict[str, Any], last: LastAllocation) -> None:
         """kube-scheduler's PostFilter cleared the claim (reserved by nobody or only by the
-        pod, which fit no node): the pod could not go to that node. Avoid it, back off as
-        after a move, and allocate again; the claims of a pod that is gone or finished
-        (kube-controller-manager's clean-up) need nothing."""
+        pod, which fit no node): the pod could not go to that node. Avoid it, take the
+        pod's other claims there back too (unless another pod reserved one: then the pod
+        stays bound to that node), back off as after a move, and allocate again; the
+        claims of a pod that is gone or finished (kube-controller-manager's clean-up)
+        need nothing."""
         if not self.view.is_ours(claim):
             return
-        namespace = claim["metadata"].get("namespace", "")
-        name = claim["metadata"].get("name", "")
-        for pod_key in self.view.pending_pods_referring(f"{namespace}/{name}"):
+        claim_key = f"{claim['metadata'].get('namespace', '')}/{claim['metadata'].get('name')}"
+        for pod_key in self.view.pending_pods_referring(claim_key):
             pod = self.view.pods.get(pod_key)
             if pod is None:
                 continue
             uid = pod["metadata"].get("uid", "")
             if last.reserved and last.reserved != {uid}:
                 continue
+            others = [
+                other
+                for key in self.view.claims_of_pod(pod_key)
+                if key != claim_key
+                and (other := self.view.claim_view.get(key)) is not None
+                and self.view.is_ours(other)
+                and allocation_of(other) is not None
+            ]
+            pinned = any(r.get("uid") != uid for c in others for r in reservations_of(c))
             delay = self.placements.moved(
                 uid,
-                last.node,
+                None if pinned else last.node,
                 avoid_until=self.clock() + self.settings.moved_node_memory_s,
                 initial_delay=self.settings.retry_initial_s,
                 max_delay=self.settings.retry_max_s,
             )
             self.placements.taken_back(uid, condition_signature(scheduled_condition(pod)))
             message = (
-                f"kube-scheduler took back the allocation of claim {name} on {last.node} "
-                "(the pod fit no node with it); it will be allocated again"
+                f"kube-scheduler took back the allocation of claim {claim['metadata'].get('name')} "
+                f"on {last.node} (the pod fit no node with it); it will be allocated again"
             )
             self.recorder.emit(involved_object(pod, "Pod", "v1"), NORMAL, TAKEN_BACK, message)
             log.info(
                 "kube-scheduler took an allocation back",
-                extra={"pod": pod_key, "claim": f"{namespace}/{name}", "node": last.node},
+                extra={"pod": pod_key, "claim": claim_key, "node": last.node},
             )
-            self.queue.defer(pod_key, jittered(delay))
+            self._clear_then_retry(pod_key, uid, [] if pinned else others, delay)
 
     def _move(
         self,
@@ -176,16 +186,24 @@ class Sweeper:
         message = f"claims allocated on {node} are allocated again elsewhere: {why}"
         self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, MOVED, message)
         log.info("moving a pod's claims", extra={"pod": key, "node": node, "why": why})
+        self._clear_then_retry(key, pod["metadata"].get("uid", ""), ours, delay)
+
+    def _clear_then_retry(
+        self, key: str, uid: str, claims: list[dict[str, Any]], delay: float
+    ) -> None:
+        """Take the pod's claims back (the pod in flight meanwhile), then sync it again
+        after `delay`, not earlier."""
+        if not claims:
+            self.queue.defer(key, jittered(delay))
+            return
         self.queue.start(key)
 
-        uid = pod["metadata"].get("uid", "")
-
-        async def move() -> None:
+        async def clear() -> None:
             try:
-                for claim in ours:
+                for claim in claims:
                     await self.writer.clear_allocation(claim, uid)
             finally:
                 self.queue.finish(key)
                 self.queue.defer(key, jittered(delay))
 
-        self.writer.spawn(move(), f"move {key}")
+        self.writer.spawn(clear(), f"move {key}")

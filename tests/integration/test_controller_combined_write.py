@@ -261,3 +261,28 @@ async def test_a_claim_deleted_while_its_pod_runs_keeps_its_capacity_until_it_en
             [waiter] = await c.wait_allocated("waiter-claim")
     assert "CardInsufficientMemory" in refused["message"]
     assert results(waiter)[0]["device"] == "gpu-0"
+
+
+async def test_post_filter_clearing_one_of_two_claims_moves_both(tmp_path: Path) -> None:
+    half = request(**capacity(memory="40Gi"))
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        await c.add_node("node-b", 1)
+        await c.add_claim("duo-a", half)
+        await c.add_claim("duo-b", half)
+        history = record_states(c, "duo-b")
+        await c.add_pod("duo", ["duo-a", "duo-b"])
+        async with controller(c.client):
+            first, _ = await c.wait_allocated("duo-a", "duo-b")
+            chosen = node_of(first)
+            other = "node-b" if chosen == "node-a" else "node-a"
+            await post_filter(c, "duo-a")
+            await c.wait_claims(
+                lambda store: all(
+                    state(store[f"{NAMESPACE}/{n}"])[0] == other for n in ("duo-a", "duo-b")
+                )
+            )
+            warnings = warnings_on(c, "duo")
+    assert history == [(None, ()), (chosen, ("duo",)), (None, ()), (other, ("duo",))]
+    assert warnings == []
