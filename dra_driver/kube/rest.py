@@ -32,13 +32,16 @@ def component_user_agent(component: str) -> str:
 
 
 class ApiError(DriverError):
-    """The API server refused a request; `status`/`reason` are its Status fields."""
+    """The API server refused a request; `status`/`reason` are its Status fields
+    (status 0: no answer came, the transport failed)."""
 
     def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(f"{status} {reason}: {message}")
+        super().__init__(f"{status} {reason}: {message}" if status else f"{reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.request = ""
+        """`<METHOD> <path>` of the refused request, when the client knows it."""
 
 
 class NotFoundError(ApiError):
@@ -61,8 +64,17 @@ class TransientApiError(ApiError, TransientError):
         self.retry_after = retry_after
 
 
-def api_error(status: int, body: bytes | str, retry_after: str | None = None) -> ApiError:
-    """The typed error for a non-2xx answer, from its Status body when it has one."""
+def api_error(
+    status: int, body: bytes | str, retry_after: str | None = None, *, request: str = ""
+) -> ApiError:
+    """The typed error for a non-2xx answer, from its Status body when it has one;
+    `request` (`<METHOD> <path>`) is kept on it for whoever reports the failure."""
+    error = _status_error(status, body, retry_after)
+    error.request = request
+    return error
+
+
+def _status_error(status: int, body: bytes | str, retry_after: str | None) -> ApiError:
     reason, message = "", body.decode(errors="replace") if isinstance(body, bytes) else body
     try:
         status_object = json.loads(body)
@@ -81,6 +93,15 @@ def api_error(status: int, body: bytes | str, retry_after: str | None = None) ->
         delay = float(retry_after) if retry_after and retry_after.isdigit() else 1.0
         return TransientApiError(status, reason or "ServerError", message, delay)
     return ApiError(status, reason or "BadRequest", message)
+
+
+def transport_failure(error: BaseException, timeout_s: float) -> str:
+    """What went wrong below HTTP, readable on its own: a bare `TimeoutError()` names
+    neither the wait nor its length, so a timeout says how long it waited."""
+    if isinstance(error, TimeoutError):
+        return f"no answer within {timeout_s:g} s (TimeoutError)"
+    detail = str(error)
+    return f"{type(error).__name__}: {detail}" if detail else repr(error)
 
 
 def object_path(collection: str, name: str) -> str:
@@ -151,7 +172,8 @@ class KubeClient:
         response = await self._send(method, path, query, body, content_type, self.request_timeout)
         data = await response.read()
         if response.status >= 300:
-            raise api_error(response.status, data, response.getheader("Retry-After"))
+            retry_after = response.getheader("Retry-After")
+            raise api_error(response.status, data, retry_after, request=f"{method} {path}")
         return json.loads(data) if data else None
 
     async def _send(self, method, path, query, body, content_type, deadline):
@@ -170,7 +192,12 @@ class KubeClient:
                 method, url, header_params=headers, body=body, _request_timeout=deadline
             )
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise TransientApiError(0, "ConnectionError", repr(error)) from error
+            request = f"{method} {path}"
+            failed = TransientApiError(
+                0, "ConnectionError", f"{request}: {transport_failure(error, deadline)}"
+            )
+            failed.request = request
+            raise failed from error
 
     async def get(self, path: str) -> dict[str, Any]:
         return await self._call("GET", path)
@@ -193,19 +220,22 @@ class KubeClient:
     async def watch(self, path: str, **query: Any) -> AsyncIterator[dict[str, Any]]:
         """Stream watch events (`{"type", "object"}`) until the server ends the watch."""
         params = {**_query(query), "watch": "true"}
-        server_timeout = float(params.get("timeoutSeconds", 240))
-        response = await self._send(
-            "GET", path, params, None, "application/json", server_timeout + self.request_timeout
-        )
+        deadline = float(params.get("timeoutSeconds", 240)) + self.request_timeout
+        response = await self._send("GET", path, params, None, "application/json", deadline)
         if response.status >= 300:
-            raise api_error(response.status, await response.read())
+            raise api_error(response.status, await response.read(), request=f"watch {path}")
         stream = response.response
         try:
             async for line in stream.content:
                 if line.strip():
                     yield json.loads(line)
         except (aiohttp.ClientError, TimeoutError) as error:
-            raise TransientApiError(0, "WatchBroken", repr(error)) from error
+            request = f"watch {path}"
+            broken = TransientApiError(
+                0, "WatchBroken", f"{request}: {transport_failure(error, deadline)}"
+            )
+            broken.request = request
+            raise broken from error
         finally:
             stream.release()
 
