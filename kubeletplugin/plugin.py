@@ -32,6 +32,7 @@ from dra_driver.kube.rest import KubeClient
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from dra_driver.process.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
+from kubeletplugin.file_poll import poll_files
 from kubeletplugin.gpu_sources import open_gpu_backend, watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
@@ -47,6 +48,8 @@ from libvgpu.settings import LibvgpuPaths
 log = logging.getLogger(__name__)
 
 SOCKET_MODE = 0o600
+FALLBACK_POLL_S = 1.0
+"""How often the sockets and watched files are looked at when inotify cannot start."""
 EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
 MIXED_NEEDS_CONTROLLER = (
     "needs --controller-allocated: in mixed mode the device plugin also serves these GPUs, "
@@ -86,6 +89,10 @@ class PluginSettings:
     """Honour a claim's own enforcement opt-out; by default only a DeviceClass's is."""
     mixed_mode: bool = False
     """The device plugin serves these GPUs too: prepare also counts the node's legacy pods."""
+    host_poll_s: float | None = None
+    """Look at the sockets and the watched files every this many seconds instead of
+    through inotify (None): a host allows a user 128 inotify instances and a plugin
+    takes two, so `dra-driver simulate`, a plugin per emulated node, polls."""
 
     def __post_init__(self) -> None:
         if self.mixed_mode and self.slices.allocation_taint is None:
@@ -283,26 +290,38 @@ class KubeletPlugin:
         log.info("serving", extra={"socket": str(path), "node": self.settings.node_name})
 
     async def _guard_sockets(self) -> None:
-        """kubelet's restart wipes the plugin dirs: serve the sockets again.
-
-        The watch also wakes every second, so a watched directory that vanished
-        (which ends inotify silently) is still noticed within a second.
-        """
+        """kubelet's restart wipes the plugin dirs: serve the sockets again."""
         while True:
-            directories = {p.parent for p in self._servers if p.parent.exists()}
-            if len(directories) == 2:
-                with contextlib.suppress(RuntimeError, OSError):
-                    async for _ in awatch(
-                        *map(str, directories),
-                        debounce=50,
-                        step=10,
-                        recursive=False,
-                        rust_timeout=1000,
-                        yield_on_timeout=True,
-                    ):
-                        if not all(path.exists() for path in self._servers):
-                            break
+            await self._until_socket_missing()
             await self._serve_sockets()
+
+    async def _until_socket_missing(self) -> None:
+        """Return once a socket may be gone. Through inotify on their directories, which
+        also wakes every second (a watched directory that vanished ends inotify
+        silently); else, or when inotify cannot start, by looking every poll interval."""
+        directories = {p.parent for p in self._servers if p.parent.exists()}
+        if self.settings.host_poll_s is None and len(directories) == 2:
+            try:
+                async for _ in awatch(
+                    *map(str, directories),
+                    debounce=50,
+                    step=10,
+                    recursive=False,
+                    rust_timeout=1000,
+                    yield_on_timeout=True,
+                ):
+                    if not all(path.exists() for path in self._servers):
+                        return
+            except (RuntimeError, OSError) as error:
+                log.warning(
+                    "cannot watch the socket directories, polling them",
+                    extra={"node": self.settings.node_name, "error": str(error)},
+                )
+        interval = self.settings.host_poll_s or FALLBACK_POLL_S
+        while True:
+            if not all(path.exists() for path in self._servers):
+                return
+            await asyncio.sleep(interval)
 
     async def _republish(self) -> None:
         """One worker applies device changes in order, however many arrive."""
@@ -320,7 +339,19 @@ class KubeletPlugin:
 
     async def _watch_files(self) -> None:
         """The mock GPU file and the node config: any change republishes."""
-        await watch_files(self._watched_files(), self._devices_changed.set)
+        files = self._watched_files()
+        if self.settings.host_poll_s is None:
+            try:
+                await watch_files(files, self._devices_changed.set)
+                return
+            except (RuntimeError, OSError) as error:
+                log.warning(
+                    "cannot watch the GPU and config files, polling them",
+                    extra={"node": self.settings.node_name, "error": str(error)},
+                )
+        await poll_files(
+            files, self._devices_changed.set, self.settings.host_poll_s or FALLBACK_POLL_S
+        )
 
     async def _watch_xids(self) -> None:
         """NVML XID events (in a worker thread) mark GPUs unhealthy."""
