@@ -29,8 +29,9 @@ from dra_driver.kube.rest import KubeClient
 from dra_driver.process.runtime import cancel_and_wait
 from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
+from simulator.failures import first_of, run_as
 from simulator.identities import CONTROLLER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, Identities
-from simulator.nodes import SimNode, start_node, stop_nodes
+from simulator.nodes import SimNode, start_nodes, stop_nodes
 from simulator.policies import install_policies
 from simulator.settings import Mode, SimulationSettings
 from simulator.standins.claim_templates import ClaimTemplateController
@@ -40,6 +41,8 @@ SCHEDULER_POLL_S = 0.05
 SCHEDULER_INITIAL_BACKOFF_S = 0.1
 SCHEDULER_MAX_BACKOFF_S = 1.0
 CONTROLLER_RETRY_S = 0.2
+CONTROLLER_READY_S = 120.0
+"""Longest wait for the controller's first sync (its informers list every node's slices)."""
 
 
 @dataclass
@@ -75,23 +78,27 @@ async def dra_cluster(
         recorder: EventRecorder | None = None
         try:
             step("installing the admission policies")
-            await install_policies(client, settings.mode.value)
+            await run_as("simulate (admin)", install_policies(client, settings.mode.value))
             for device_class in device_classes():
-                await client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class)
+                await run_as(
+                    "simulate (admin)",
+                    client.create("/apis/resource.k8s.io/v1/deviceclasses", device_class),
+                )
             controller_allocated = settings.mode in (Mode.DRA, Mode.MIXED)
             mixed = settings.mode is Mode.MIXED
-            for family_node in settings.shape.family_nodes():
-                step(f"starting kubelet plugin on {family_node.name}")
-                node = await start_node(
-                    identities,
-                    settings.shape,
-                    family_node,
-                    root / family_node.name,
-                    controller_allocated=controller_allocated,
-                    mixed_mode=mixed and family_node.vendor == "nvidia",
-                )
-                cluster.nodes.append(node)
-            await templates.start()
+            total = len(settings.shape.family_nodes())
+            step(f"nodes started 0/{total}")
+            await start_nodes(
+                identities,
+                settings.shape,
+                root,
+                cluster.nodes,
+                controller_allocated=controller_allocated,
+                mixed_mode=mixed,
+                on_started=lambda done, total: step(f"nodes started {done}/{total}"),
+            )
+            step("starting the claim-template controller")
+            await run_as("claim-template controller", templates.start())
             scheduler = DRAScheduler(
                 sync_client,
                 settings=SchedulerSettings(
@@ -120,8 +127,14 @@ async def dra_cluster(
                     ControllerMetrics(CollectorRegistry()),
                     recorder,
                 )
-                tasks.append(asyncio.create_task(cluster.controller.run(), name="controller"))
-                await cluster.controller.ready.wait()
+                running = asyncio.create_task(cluster.controller.run(), name="controller")
+                tasks.append(running)
+                await run_as(
+                    "controller",
+                    first_of(running, cluster.controller.ready.wait()),
+                    timeout_s=CONTROLLER_READY_S,
+                    doing="syncing its informers",
+                )
             yield cluster
         finally:
             stop.set()

@@ -57,6 +57,7 @@ from simulator.legacy_vendors import (
 )
 from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
 from simulator.policies import install_policies
+from simulator.progress import Steps
 from simulator.report import ContainerReport, PodReport, SimulationReport
 from simulator.settings import FamilyNode, SimulationSettings, work_root
 from simulator.standins.admission import AdmissionClient, WebhookConfig
@@ -283,10 +284,7 @@ async def simulate_legacy(
     settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
     started = time.monotonic()
-    task = progress.add_task("starting", total=None)
-
-    def step(text: str) -> None:
-        progress.update(task, description=text)
+    step = Steps(progress)
 
     with work_root(settings) as root:
         async with APIServer() as server, AsyncExitStack() as stack:

@@ -38,6 +38,7 @@ from simulator.legacy import (
 )
 from simulator.legacy_tls import write_legacy_tls
 from simulator.legacy_vendors import ENABLED_FLAGS, device_config, managed_resources
+from simulator.progress import Steps
 from simulator.report import PodReport, SimulationReport, load_specs
 from simulator.run import SETTLE_POLL_S, DraTarget, pod_report, pods_and_reasons
 from simulator.settings import SimulationSettings, work_root
@@ -155,10 +156,7 @@ async def simulate_mixed(
     settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
     started = time.monotonic()
-    task = progress.add_task("starting", total=None)
-
-    def step(text: str) -> None:
-        progress.update(task, description=text)
+    step = Steps(progress)
 
     with work_root(settings) as root:
         async with dra_cluster(settings, root, step) as cluster, AsyncExitStack() as stack:

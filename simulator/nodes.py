@@ -9,7 +9,7 @@ registration and DRA sockets, its checkpoint, and the CDI spec directory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,10 +17,13 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
+from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
+from simulator.failures import first_failure, run_as
 from simulator.identities import Identities, kubelet, kubelet_plugin
 from simulator.settings import ClusterShape, FamilyNode
 from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
@@ -98,6 +101,17 @@ NODE_STATUS = {
 
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 READY_WAIT_S = 30.0
+START_WAIT_S = 60.0
+"""Longest wait for a plugin to start, kubelet to register it, or kubelet's pod list."""
+CONCURRENT_STARTS = 32
+"""Nodes starting at once: enough to keep the one event loop busy while each waits
+on round trips, few enough that each start's requests stay within their timeouts."""
+HOST_POLL_S = 1.0
+"""How often a plugin looks at its sockets and GPU file: 1,000 plugins cannot each have
+the two inotify instances they use on a real node (a user gets 128)."""
+REGISTRY_SCAN_S = 1.0
+"""kubelet's registry rescans (it uses inotify): the first scan, right after the plugin
+serves its socket, registers it; every 50 ms on 1,000 nodes was 20,000 scans a second."""
 
 
 async def register_node(client: KubeClient, name: str) -> None:
@@ -113,18 +127,31 @@ async def register_node(client: KubeClient, name: str) -> None:
         taints = (node.get("spec") or {}).get("taints") or []
         return not any(taint.get("key") == NOT_READY_TAINT for taint in taints)
 
-    async with asyncio.timeout(READY_WAIT_S):
-        while True:
-            node = await client.get(f"/api/v1/nodes/{name}")
-            if ready(node):
-                return
-            async for event in client.watch(
-                "/api/v1/nodes",
-                field_selector=f"metadata.name={name}",
-                resource_version=node["metadata"]["resourceVersion"],
-            ):
-                if ready(event.get("object") or {}):
+    try:
+        async with asyncio.timeout(READY_WAIT_S):
+            while True:
+                node = await client.get(f"/api/v1/nodes/{name}")
+                if ready(node):
                     return
+                async for event in client.watch(
+                    "/api/v1/nodes",
+                    field_selector=f"metadata.name={name}",
+                    resource_version=node["metadata"]["resourceVersion"],
+                ):
+                    if ready(event.get("object") or {}):
+                        return
+    except TimeoutError as error:
+        raise NodeNotReadyError(name) from error
+
+
+class NodeNotReadyError(DriverError):
+    """The node lifecycle controller did not lift the not-ready taint in time."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(
+            f"Node {node} still has the {NOT_READY_TAINT} taint after {READY_WAIT_S:g} s"
+        )
+        self.node = node
 
 
 @dataclass
@@ -149,9 +176,11 @@ async def start_node(
     controller_allocated: bool,
     mixed_mode: bool = False,
 ) -> SimNode:
-    """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_node`,
+    """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_nodes`,
     each under the identity deploy/ gives it (the plugin's token bound to the node);
-    `mixed_mode`: the plugin also counts the node's legacy pods when it prepares."""
+    `mixed_mode`: the plugin also counts the node's legacy pods when it prepares.
+    A step that fails says which component it was (`kubelet on <node>`, `kubelet
+    plugin on <node>`); what had started by then is stopped."""
     name = node.name
     root.mkdir(parents=True)
     (root / "gpus.yaml").write_text(yaml.safe_dump(family_gpu_file(shape, node)))
@@ -169,25 +198,87 @@ async def start_node(
         mock_gpus=root / "gpus.yaml",
         libvgpu=install_libvgpu_files(root),
         mixed_mode=mixed_mode,
+        host_poll_s=HOST_POLL_S,
     )
+    kubelet_name, plugin_name = f"kubelet on {name}", f"kubelet plugin on {name}"
     node_client = await identities.client(kubelet(name))
-    await register_node(node_client, name)
+    await run_as(kubelet_name, register_node(node_client, name))
     plugin_client = await identities.client(kubelet_plugin(name))
     plugin = KubeletPlugin(settings, plugin_client, open_backend(settings), CollectorRegistry())
-    await plugin.start()
-    kubelet_dra = KubeletDRA(KubeletDRASettings(name, settings.registry_dir), None)
-    await kubelet_dra.start()
-    await kubelet_dra.wait_registered(settings.driver)
+    # start() stops what it started when it fails.
+    await run_as(plugin_name, plugin.start(), timeout_s=START_WAIT_S, doing="starting")
+    kubelet_dra = KubeletDRA(
+        KubeletDRASettings(name, settings.registry_dir, scan_interval=REGISTRY_SCAN_S), None
+    )
     pods = KubeletPods(node_client, kubelet_dra, name)
-    await pods.start()
+    try:
+        await kubelet_dra.start()
+        await run_as(
+            kubelet_name,
+            kubelet_dra.wait_registered(settings.driver),
+            timeout_s=START_WAIT_S,
+            doing=f"registering the {settings.driver} plugin",
+        )
+        await run_as(kubelet_name, pods.start(), timeout_s=START_WAIT_S, doing="listing its pods")
+    except BaseException:
+        await pods.aclose()
+        await kubelet_dra.aclose()
+        await plugin.aclose()
+        raise
     return SimNode(name, settings, plugin, kubelet_dra, pods)
+
+
+async def start_nodes(
+    identities: Identities,
+    shape: ClusterShape,
+    root: Path,
+    into: list[SimNode],
+    *,
+    controller_allocated: bool,
+    mixed_mode: bool = False,
+    on_started: Callable[[int, int], None] = lambda done, total: None,
+) -> None:
+    """Start every node of `shape`, `CONCURRENT_STARTS` at a time (a start mostly waits
+    on the API server: one at a time left the loop idle). `into` gets each node as it is up,
+    so that a caller stops them all even when one fails; it ends in the shape's order.
+    `mixed_mode` applies to the NVIDIA nodes; `on_started(done, total)` reports progress.
+    The first failure is raised as it is and cancels the starts still running."""
+    family_nodes = shape.family_nodes()
+    gate = asyncio.Semaphore(CONCURRENT_STARTS)
+
+    async def start(node: FamilyNode) -> None:
+        async with gate:
+            started = await start_node(
+                identities,
+                shape,
+                node,
+                root / node.name,
+                controller_allocated=controller_allocated,
+                mixed_mode=mixed_mode and node.vendor == "nvidia",
+            )
+        into.append(started)
+        on_started(len(into), len(family_nodes))
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            for node in family_nodes:
+                group.create_task(start(node), name=f"start {node.name}")
+    except BaseExceptionGroup as failures:
+        raise first_failure(failures) from None
+    order = {node.name: node.position for node in family_nodes}
+    into.sort(key=lambda started: order[started.name])
 
 
 async def stop_nodes(nodes: Sequence[SimNode]) -> None:
     """Every kubelet first, then every plugin: a plugin's server waits at shutdown for
-    the loop's open gRPC calls, including other nodes' health streams."""
-    for node in nodes:
+    the loop's open gRPC calls, including other nodes' health streams. The nodes of
+    each round stop together, and grpc's leftover call tasks are settled once for all
+    kubelets (a settle may collect the heap: per kubelet, 200 nodes took minutes)."""
+
+    async def stop_kubelet(node: SimNode) -> None:
         await node.pods.aclose()
-        await node.kubelet.aclose()
-    for node in nodes:
-        await node.plugin.aclose()
+        await node.kubelet.aclose(settle=False)
+
+    await asyncio.gather(*(stop_kubelet(node) for node in nodes))
+    await settle_cancelled_grpc_calls()
+    await asyncio.gather(*(node.plugin.aclose() for node in nodes))

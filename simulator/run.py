@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
@@ -22,6 +21,8 @@ from dra_driver.status.command import StatusSettings, fetch_status
 from dra_driver.status.model import newest_warning
 from simulator.attempts import Call, Identity
 from simulator.dra import DraCluster, dra_cluster
+from simulator.failures import run_as
+from simulator.progress import Steps, progress_display
 from simulator.report import (
     PodReport,
     SimulationReport,
@@ -35,6 +36,10 @@ from simulator.tamper import CallAnswer, PlacedPod, run_attempts
 from simulator.workloads import Scenario, apply_workloads, load_scenario
 
 SETTLE_POLL_S = 0.1
+ADMIN_WORKLOADS = "simulate, applying the workloads as admin"
+ADMIN_WATCHING = "simulate, reading the pods as admin"
+ADMIN_STATUS = "simulate, reading the cluster status as admin"
+"""How the simulation's own requests are named when one fails."""
 PIPED_WIDTH = 160
 
 
@@ -157,30 +162,33 @@ async def simulate(
     settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
     started = time.monotonic()
-    task = progress.add_task("starting", total=None)
-
-    def step(text: str) -> None:
-        progress.update(task, description=text)
-
+    step = Steps(progress)
     with work_root(settings) as root:
         async with dra_cluster(settings, root, step) as cluster:
             workloads = scenario.workloads
             step(f"applying {len(workloads)} objects")
-            await apply_workloads(cluster.client, workloads, settings.namespace)
+            await run_as(
+                ADMIN_WORKLOADS, apply_workloads(cluster.client, workloads, settings.namespace)
+            )
             names = {
                 (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"
             }
-
-            def on_progress(done: int, total: int) -> None:
-                progress.update(task, description=f"pods settled {done}/{total}")
-
-            view = await wait_settled(cluster.client, names, settings.settle_timeout_s, on_progress)
+            view = await run_as(
+                ADMIN_WATCHING,
+                wait_settled(
+                    cluster.client,
+                    names,
+                    settings.settle_timeout_s,
+                    lambda done, total: step.count("pods settled", done, total),
+                ),
+            )
             step("reading the result")
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
             pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
             target = DraTarget(cluster, settings.settle_timeout_s)
             attempts = await run_attempts(target, scenario.attempts, settings.namespace, step)
-            status = await fetch_status(cluster.client, StatusSettings())
+            step("reading the cluster's status")
+            status = await run_as(ADMIN_STATUS, fetch_status(cluster.client, StatusSettings()))
     return SimulationReport(
         settings.mode.value,
         status,
@@ -207,14 +215,7 @@ def run_simulation(settings: SimulationSettings, output: str) -> int:
     scenario = load_scenario(
         settings.workload_files(), settings.mode.value, tuple(mode.value for mode in Mode)
     )
-    errors = Console(file=sys.stderr)
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=True,
-    ) as progress:
+    with progress_display(sys.stderr) as progress:
         report = asyncio.run(simulation(settings, scenario, progress))
     if output == "json":
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")

@@ -148,7 +148,10 @@ class KubeletDRA:
         await self._wipe_slices(f"spec.nodeName={self.settings.node_name}")
         self._watcher = asyncio.create_task(self._watch_registry(), name="kubelet-dra-registry")
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, settle: bool = True) -> None:
+        """Stop; `settle=False` leaves grpc's call tasks of the closed channels to the
+        caller's one `settle_cancelled_grpc_calls`: each settle may collect the whole
+        heap, once per stand-in when a caller closes a thousand of them."""
         self._stopping.set()
         if self._watcher is not None:
             await self._watcher
@@ -159,7 +162,8 @@ class KubeletDRA:
         for plugin in list(self.plugins.values()):
             await self._drop(plugin)
         self.plugins.clear()
-        await settle_cancelled_grpc_calls()
+        if settle:
+            await settle_cancelled_grpc_calls()
 
     async def __aenter__(self) -> KubeletDRA:
         await self.start()
