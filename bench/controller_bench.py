@@ -74,7 +74,7 @@ from controller_bench_cluster import (
 from kubernetes import config as sync_config
 
 from dra_driver.kube.informer import Informer
-from dra_driver.kube.rest import KubeClient
+from dra_driver.kube.rest import KubeClient, NotFoundError
 from simulator.apiserver import APIServer, run_in_thread
 from simulator.dra import SCHEDULER_INITIAL_BACKOFF_S, SCHEDULER_MAX_BACKOFF_S, SCHEDULER_POLL_S
 from simulator.standins.claim_templates import ClaimTemplateController
@@ -245,6 +245,23 @@ async def create_pods(bench: Bench, tracker: Tracker, mode: str, rate: float) ->
     return time.perf_counter() - first
 
 
+async def delete_all(bench: Bench, tracker: Tracker, mode: str) -> None:
+    """Delete the round's pods (at once, no grace period) and pre-created claims, one
+    request each with CREATE_CONCURRENCY in flight: one deletecollection of 10,000
+    objects would hold the emulator's loop long enough for leases to lapse."""
+    semaphore = asyncio.Semaphore(CREATE_CONCURRENCY)
+
+    async def delete(name: str) -> None:
+        async with semaphore:
+            with contextlib.suppress(NotFoundError):
+                await bench.client.delete(f"{PODS}/{name}", gracePeriodSeconds=0)
+            if mode == "precreated":
+                with contextlib.suppress(NotFoundError):
+                    await bench.client.delete(f"{CLAIMS}/{name}")
+
+    await asyncio.gather(*(delete(name) for name in tracker.created))
+
+
 def latency_line(label: str, tracker: Tracker, reached: dict[str, float]) -> str:
     latencies = [reached[name] - tracker.created[name] for name in reached]
     return (
@@ -303,6 +320,7 @@ async def run_round(
             f"{len(tracker.bound)}/{pods} bound after {ROUND_TIMEOUT_S} s"
         )
     writes = bench.server.audit.write_counts()
+    refused = bench.server.audit.refused_counts()
     after = await controller.metrics()
     cpu = cpu_seconds(controller.pid) - cpu_before
     own_cpu = time.process_time() - own_before
@@ -325,7 +343,7 @@ async def run_round(
     print("  " + latency_line("pod created -> pod bound", tracker, tracker.bound))
     print("  " + decision_line(decisions, decision_sum))
     print("  writes per pod (client: resource[/subresource] per pod):")
-    for line in write_lines(writes, pods):
+    for line in write_lines(writes, refused, pods):
         print("  " + line)
     per_thousand = cpu / allocations * 1000 if allocations else float("nan")
     print(
@@ -334,9 +352,7 @@ async def run_round(
         f"bench process (emulator + stand-ins + client) CPU {own_cpu:.1f} s"
     )
     bench.server.audit.reset()
-    await bench.client.delete(PODS, gracePeriodSeconds=0)
-    if mode == "precreated":
-        await bench.client.delete(CLAIMS)
+    await delete_all(bench, tracker, mode)
     freed_s = await wait_until_freed(bench, controller)
     cleanup = bench.server.audit.write_counts()
     rss_freed, _ = memory_mib(controller.pid)

@@ -204,13 +204,19 @@ def percentile(values: Iterable[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def write_lines(counts: dict[str, dict[str, int]], pods: int) -> list[str]:
-    """One line per client: writes per pod by resource[/subresource], and the total."""
+def write_lines(
+    counts: dict[str, dict[str, int]], refused: dict[str, dict[str, int]], pods: int
+) -> list[str]:
+    """One line per client: writes per pod by resource[/subresource], and the total;
+    how many of them the server refused (conflicts included), where any were."""
     lines = []
     for client, by_resource in sorted(counts.items()):
         total = sum(by_resource.values())
         parts = ", ".join(
             f"{resource} {count / pods:.2f}" for resource, count in sorted(by_resource.items())
         )
-        lines.append(f"  {client}: {total / pods:.2f}/pod ({parts})")
+        line = f"  {client}: {total / pods:.2f}/pod ({parts})"
+        if refused_total := sum((refused.get(client) or {}).values()):
+            line += f", refused {refused_total / pods:.2f}/pod"
+        lines.append(line)
     return lines

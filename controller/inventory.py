@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
@@ -119,8 +120,20 @@ class Inventory:
         return {value: frozenset(uuids) for value, uuids in groups.items()}
 
 
+@lru_cache(maxsize=4096)
+def quantity(text: str) -> Decimal:
+    """parse_quantity once per distinct text: every claim's results repeat the same few
+    amounts, and rebuilding the engine's usage and the metrics snapshot reads them all."""
+    return parse_quantity(text)
+
+
+@lru_cache(maxsize=4096)
+def _mib_ceil(value: Decimal) -> int:
+    return to_mib_ceil(value)
+
+
 def capacity_value(entry: Mapping[str, Any]) -> Decimal:
-    return parse_quantity(str(entry["value"]))
+    return quantity(str(entry["value"]))
 
 
 def engine_device(device: PublishedDevice, ignored_taints: frozenset[str]) -> Device:
@@ -239,13 +252,13 @@ def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUs
         whole = engine_device(device, frozenset())
         return DeviceUsage(whole.count, whole.memory_mib, whole.cores)
     amounts: dict[str, Decimal] = {}
-    for name, quantity in consumed.items():
+    for name, amount in consumed.items():
         try:
-            amounts[name.removeprefix(f"{device.driver}/")] = parse_quantity(str(quantity))
+            amounts[name.removeprefix(f"{device.driver}/")] = quantity(str(amount))
         except QuantityError:
             continue
     try:
-        memory_mib = to_mib_ceil(amounts.get("memory", Decimal(0)))
+        memory_mib = _mib_ceil(amounts.get("memory", Decimal(0)))
     except QuantityError:
         whole = engine_device(device, frozenset())
         memory_mib = whole.memory_mib
@@ -309,8 +322,11 @@ def quota_ledger(
             entry = ledger.quotas.setdefault((namespace, vendor.name), NamespaceQuota())
             entry.memory_limit_mib = _tighter(entry.memory_limit_mib, memory, vendor.memory_factor)
             entry.cores_limit = _tighter(entry.cores_limit, cores, 1)
+    limited = {namespace for namespace, _ in ledger.quotas}
     for claim in claims:
         namespace = (claim.get("metadata") or {}).get("namespace") or ""
+        if namespace not in limited:
+            continue  # charging a namespace without a quota changes nothing
         for device, amount in claim_usage(claim, inventory):
             vendor = next((v for v in vendors if v.matches(str(device.attribute("type")))), None)
             if vendor is not None:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.quantity import QuantityError, parse_quantity
+from api.quantity import QuantityError
 from controller.cluster_view import ClusterView
-from controller.inventory import quota_ledger
+from controller.inventory import quantity, quota_ledger
 from controller.metrics import QuotaRecord, ShareRecord, ViewSnapshot
 from controller.object_state import allocation_of, reservations_of
 from dra_driver.engine.model import DeviceUsage
@@ -81,9 +81,9 @@ def _quota_records(view: ClusterView, claims: list[dict[str, Any]]) -> tuple[Quo
     return tuple(records)
 
 
-def _whole(quantity: Any) -> int:
+def _whole(amount: Any) -> int:
     """A consumed capacity as a whole number (bytes, cores); 0 when absent or unreadable."""
     try:
-        return int(parse_quantity(str(quantity))) if quantity is not None else 0
+        return int(quantity(str(amount))) if amount is not None else 0
     except QuantityError:
         return 0
