@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import subprocess
 import sys
@@ -254,6 +255,9 @@ def main() -> None:
             "-o wide": ["-o", "wide"],
             "-o json": ["-o", "json"],
         }
+        # The emulator serves from this process; a loaded machine slows both sides, so the
+        # load and the bare start-up of the command are printed next to the figures.
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
         version = [*dra_driver_command(), "--help"]
         best, median, _, _ = time_command(version, args.runs)
         print(f"{'dra-driver --help (start-up)':32} best {best:5.2f} s  median {median:5.2f} s")
@@ -265,7 +269,7 @@ def main() -> None:
                 continue
             print(
                 f"{'status ' + label:32} best {best:5.2f} s  median {median:5.2f} s  "
-                f"{size / 1024:8.0f} KiB  {lines:6} lines"
+                f"{size / 1024:8.0f} KiB  {lines:6} lines  (load {os.getloadavg()[0]:.1f})"
             )
 
 

@@ -97,16 +97,23 @@ def _status(args: argparse.Namespace) -> int:
 
 
 async def fetch_status(client: KubeClient, settings: StatusSettings) -> ClusterStatus:
-    """One list per kind, read concurrently; pods and events narrowed by namespace when
-    asked, events to the ones the view reads (`EVENT_SELECTORS`)."""
-    namespace = settings.only.namespace
+    """One list per kind, read concurrently. The server narrows what it can: slices to the
+    driver's (and the node's, with `--node`), the node list to that node, pods and events
+    to the namespace when asked, events to the ones the view reads (`EVENT_SELECTORS`).
+    Claims and pods stay cluster-wide: pending claims are nobody's node's."""
+    only = settings.only
+    slices = f"spec.driver={settings.driver}"
+    queries: dict[str, dict[str, str]] = {"slices": {"field_selector": slices}}
+    if only.node:
+        queries["slices"]["field_selector"] += f",spec.nodeName={only.node}"
+        queries["nodes"] = {"field_selector": f"metadata.name={only.node}"}
     paths = dict(COLLECTIONS)
     events = paths.pop("events")
-    if namespace:
-        paths["pods"] = f"/api/v1/namespaces/{namespace}/pods"
-        events = f"/api/v1/namespaces/{namespace}/events"
+    if only.namespace:
+        paths["pods"] = f"/api/v1/namespaces/{only.namespace}/pods"
+        events = f"/api/v1/namespaces/{only.namespace}/events"
     lists = await asyncio.gather(
-        *(client.list(path) for path in paths.values()),
+        *(client.list(path, **queries.get(key, {})) for key, path in paths.items()),
         *(client.list(events, field_selector=selector) for selector in EVENT_SELECTORS),
     )
     items: dict[str, list[dict[str, Any]]] = {
@@ -119,7 +126,7 @@ async def fetch_status(client: KubeClient, settings: StatusSettings) -> ClusterS
         for event in listed.get("items") or []
     }
     items["events"] = list(events_by_uid.values())
-    return build_status(driver=settings.driver, only=settings.only, **items)
+    return build_status(driver=settings.driver, only=only, **items)
 
 
 async def run_status(kubeconfig: Path | None, settings: StatusSettings) -> int:
