@@ -1,4 +1,8 @@
-"""The cluster view as a terminal table (rich), or JSON/YAML for scripts.
+"""The full cluster view, every GPU and share (`--node`, `-o wide`), or JSON/YAML for scripts.
+
+The GPU lines are aligned columns (`columns.py`), since they grow with the
+cluster; `gpu_table` keeps the bordered rich Table for the simulator's report of
+a few nodes. The one-row-per-node default is `render_summary.py`'s.
 
 A share whose limits do not hold is tagged `limits off` beside its holder, and
 a table below lists, for each share with an opt-out, whether its limits hold
