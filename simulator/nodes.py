@@ -272,8 +272,8 @@ async def start_nodes(
 async def stop_nodes(nodes: Sequence[SimNode]) -> None:
     """Every kubelet first, then every plugin: a plugin's server waits at shutdown for
     the loop's open gRPC calls, including other nodes' health streams. The nodes of
-    each round stop together, and grpc's leftover call tasks are settled once for all
-    kubelets (a settle may collect the heap: per kubelet, 200 nodes took minutes)."""
+    each round stop together, and grpc's leftover call tasks are settled once per round
+    (a settle scans every task and may collect the heap: per node, 200 took minutes)."""
 
     async def stop_kubelet(node: SimNode) -> None:
         await node.pods.aclose()
@@ -281,4 +281,5 @@ async def stop_nodes(nodes: Sequence[SimNode]) -> None:
 
     await asyncio.gather(*(stop_kubelet(node) for node in nodes))
     await settle_cancelled_grpc_calls()
-    await asyncio.gather(*(node.plugin.aclose() for node in nodes))
+    await asyncio.gather(*(node.plugin.aclose(settle=False) for node in nodes))
+    await settle_cancelled_grpc_calls()
