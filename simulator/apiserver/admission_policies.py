@@ -36,6 +36,7 @@ from .policy_cel import (
     to_cel,
 )
 from .policy_matching import Request, resources_match
+from .policy_memo import DecisionMemo, projection
 from .registry import ADMISSION, Registry
 from .store import Storage
 
@@ -95,6 +96,7 @@ class PolicyAdmission:
         self._policies = storage.bucket(policies).objects if policies is not None else {}
         self._bindings = storage.bucket(bindings).objects if bindings is not None else {}
         self._namespaces = registry.get("", "v1", "namespaces")
+        self._memo = DecisionMemo()
 
     def active(self) -> bool:
         """Whether any binding is stored (else no write needs looking at)."""
@@ -123,7 +125,7 @@ class PolicyAdmission:
                     match, request, lambda: self._namespace_labels(request)
                 ):
                     continue
-                decisions = self._validate(policy, request, context.user, dry_run)
+                decisions = self._decide(policy, request, context.user, dry_run)
                 binding_name = binding["metadata"]["name"]
                 actions = binding_spec.get("validationActions") or []
                 for decision in decisions:
@@ -140,6 +142,27 @@ class PolicyAdmission:
             raise _denied(request, *denials[0])
 
     # ---- one policy ---------------------------------------------------------------
+
+    def _decide(
+        self, policy: Mapping[str, Any], request: Request, user: UserInfo, dry_run: bool
+    ) -> list[_Decision]:
+        """`_validate`, remembered by what the policy's CEL reads (policy_memo.py)."""
+        paths = self._memo.paths(policy)
+        if paths is None:
+            return self._validate(policy, request, user, dry_run)
+        roots = {
+            "object": request.obj,
+            "oldObject": request.old,
+            "request": _request_value(request, user, dry_run),
+        }
+        if any(path[0] == "namespaceObject" for path in paths):
+            roots["namespaceObject"] = self._namespace_object(request)
+        key = projection(roots, paths)
+        found = self._memo.get(policy, key)
+        if found is None:
+            found = tuple(self._validate(policy, request, user, dry_run))
+            self._memo.put(policy, key, found)
+        return list(found)
 
     def _validate(
         self, policy: Mapping[str, Any], request: Request, user: UserInfo, dry_run: bool

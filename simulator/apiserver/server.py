@@ -128,13 +128,15 @@ class APIServer:
         self._port = 0
         self._closing = asyncio.Event()
         """Set by `aclose`: requests held by a delay or hang fault are served then."""
+        self.loop: asyncio.AbstractEventLoop | None = None
+        """The loop it serves on, once started (benches profile its thread)."""
 
     @property
     def url(self) -> str:
         return f"http://{self.settings.host}:{self._port}"
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop = asyncio.get_running_loop()
         self._closing = asyncio.Event()
         self._storage = Storage(
             self.registry, self.settings.watch_history, self.settings.watch_history_s
