@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.object_state import allocation_of, reservations_of
+from controller.object_state import allocated_node, allocation_of, reservations_of
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
@@ -101,7 +101,8 @@ class ClaimWriter:
     ) -> dict[str, Any] | None:
         """Append the pod to the allocated claim's `reservedFor`, as kube-scheduler's PreBind
         would; the stored claim listing it (also when kube-scheduler listed it meanwhile),
-        or None when that cannot be (no longer allocated, full, deleted)."""
+        or None when that cannot be (no longer allocated, or now on another node than
+        the pod was checked against, full, deleted)."""
         path = claim_path(claim["metadata"]["namespace"], claim["metadata"]["name"])
         uid = str(reservation.get("uid"))
         current = claim
@@ -109,7 +110,11 @@ class ClaimWriter:
             if reserved_for(current, uid):
                 return current
             reserved = reservations_of(current)
-            if allocation_of(current) is None or len(reserved) >= MAX_RESERVATIONS:
+            if (
+                allocation_of(current) is None
+                or allocated_node(current) != allocated_node(claim)
+                or len(reserved) >= MAX_RESERVATIONS
+            ):
                 return None
             status = {**(current.get("status") or {}), "reservedFor": [*reserved, reservation]}
             try:
