@@ -239,6 +239,7 @@ async def test_standalone_claims_are_allocated_only_when_configured(tmp_path: Pa
             [alone] = await c.wait_allocated("alone")
     assert ignored is None
     assert node_of(alone) == "node-a"
+    assert not alone["status"].get("reservedFor")
 
 
 async def test_a_selector_that_fails_on_a_device_is_reported_never_matched(
