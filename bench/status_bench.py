@@ -20,12 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -206,14 +208,38 @@ async def build_pending(client: KubeClient, pending: int) -> None:
     await bounded([one(i) for i in range(pending)])
 
 
-def time_command(command: list[str], runs: int) -> tuple[float, float, int, int]:
-    """(best, median) wall seconds of the command, and bytes and lines it printed."""
-    walls, out = [], b""
+@dataclass(frozen=True, slots=True)
+class Timing:
+    best_s: float
+    median_s: float
+    command_cpu_s: float
+    """Median CPU (user + system) of the command's process: what a loaded machine changes
+    least, next to the wall time that it changes most."""
+    server_cpu_s: float
+    """Median CPU of this process during the run: the emulator serving the lists."""
+    size: int
+    lines: int
+
+
+def time_command(command: list[str], runs: int) -> Timing:
+    walls, command_cpu, server_cpu, out = [], [], [], b""
     for _ in range(runs):
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        own = time.process_time()
         started = time.perf_counter()
         out = subprocess.run(command, check=True, capture_output=True).stdout
         walls.append(time.perf_counter() - started)
-    return min(walls), statistics.median(walls), len(out), out.count(b"\n")
+        server_cpu.append(time.process_time() - own)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        command_cpu.append(after.ru_utime + after.ru_stime - children.ru_utime - children.ru_stime)
+    return Timing(
+        min(walls),
+        statistics.median(walls),
+        statistics.median(command_cpu),
+        statistics.median(server_cpu),
+        len(out),
+        out.count(b"\n"),
+    )
 
 
 def dra_driver_command() -> list[str]:
@@ -258,18 +284,20 @@ def main() -> None:
         # The emulator serves from this process; a loaded machine slows both sides, so the
         # load and the bare start-up of the command are printed next to the figures.
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-        version = [*dra_driver_command(), "--help"]
-        best, median, _, _ = time_command(version, args.runs)
-        print(f"{'dra-driver --help (start-up)':32} best {best:5.2f} s  median {median:5.2f} s")
-        for label, extra in views.items():
+        runs = {"dra-driver --help (start-up)": [*dra_driver_command(), "--help"]}
+        runs.update({f"status {label}": [*base, *extra] for label, extra in views.items()})
+        for label, command in runs.items():
             try:
-                best, median, size, lines = time_command([*base, *extra], args.runs)
+                timing = time_command(command, args.runs)
             except subprocess.CalledProcessError as error:
-                print(f"{'status ' + label:32} failed: {error.stderr.decode()[-300:]}")
+                print(f"{label:30} failed: {error.stderr.decode()[-300:]}")
                 continue
             print(
-                f"{'status ' + label:32} best {best:5.2f} s  median {median:5.2f} s  "
-                f"{size / 1024:8.0f} KiB  {lines:6} lines  (load {os.getloadavg()[0]:.1f})"
+                f"{label:30} wall best {timing.best_s:5.2f} s median {timing.median_s:5.2f} s; "
+                f"CPU command {timing.command_cpu_s:5.2f} s, "
+                f"emulator {timing.server_cpu_s:5.2f} s; "
+                f"{timing.size / 1024:5.0f} KiB {timing.lines:6} lines "
+                f"(load {os.getloadavg()[0]:.1f})"
             )
 
 
