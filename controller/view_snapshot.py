@@ -2,7 +2,12 @@
 
 Scrapes run in their own thread, so they never walk the live view; the
 controller's loop builds this copy (about once a second) and hands it over
-whole. Reads the view, writes nothing; calls the quota ledger builder.
+whole. At 10,000 claims, building every share record afresh took hundreds of
+milliseconds of each second, so a `SnapshotBuilder` kept across builds reuses a
+claim's records while the informer still holds the same claim object, the
+inventory is the same and the claim names its pod itself (reserved); everything
+else is built again. Reads the view, writes nothing; calls the quota ledger
+builder.
 """
 
 from __future__ import annotations
@@ -11,56 +16,82 @@ from typing import Any
 
 from api.quantity import QuantityError
 from controller.cluster_view import ClusterView
-from controller.inventory import quantity, quota_ledger
+from controller.inventory import Inventory, quantity, quota_ledger
 from controller.metrics import QuotaRecord, ShareRecord, ViewSnapshot
 from controller.object_state import allocation_of, reservations_of
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.kube.informer import object_key
 
 
-def build_view_snapshot(view: ClusterView) -> ViewSnapshot:
-    """Each device's usage from the engine; each share and quota from the claims that hold
-    capacity, a share named by the pod that reserved (or waits for) its claim."""
-    usage: dict[str, dict[str, DeviceUsage]] = {}
-    for name in view.inventory.nodes:
-        try:
-            state = view.engine.node_state(name)
-        except KeyError:
-            continue
-        usage[name] = {s.device.id: DeviceUsage(s.used, s.memory, s.cores) for s in state.slots}
-    claims = view.effective_claims()
-    shares = []
-    for claim in claims:
-        reserved = reservations_of(claim)
-        waiting = sorted(view.pods_referring(object_key(claim)))
-        pod = (
-            reserved[0].get("name", "")
-            if reserved
-            else waiting[0].split("/", 1)[1]
-            if waiting
-            else claim["metadata"].get("name", "")
-        )
-        for index, result in enumerate(
-            ((allocation_of(claim) or {}).get("devices") or {}).get("results") or []
-        ):
-            device = view.inventory.by_key.get(
-                (result.get("driver"), result.get("pool"), result.get("device"))
-            )
-            if device is None:
+class SnapshotBuilder:
+    """Builds snapshots, remembering each reserved claim's share records until the
+    claim object or the inventory changes (records of claims gone are dropped)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, tuple[dict[str, Any], Inventory, tuple[ShareRecord, ...]]] = {}
+
+    def build(self, view: ClusterView) -> ViewSnapshot:
+        """Each device's usage from the engine; each share and quota from the claims that
+        hold capacity, a share named by the pod that reserved (or waits for) its claim."""
+        usage: dict[str, dict[str, DeviceUsage]] = {}
+        for name in view.inventory.nodes:
+            try:
+                state = view.engine.node_state(name)
+            except KeyError:
                 continue
-            consumed = result.get("consumedCapacity") or {}
-            shares.append(
-                ShareRecord(
-                    namespace=claim["metadata"].get("namespace", ""),
-                    node=device.node,
-                    pod=pod,
-                    container_index=index,
-                    device_uuid=device.uuid,
-                    memory_bytes=_whole(consumed.get("memory")),
-                    cores=_whole(consumed.get("cores")),
-                )
+            usage[name] = {s.device.id: DeviceUsage(s.used, s.memory, s.cores) for s in state.slots}
+        claims = view.effective_claims()
+        shares: list[ShareRecord] = []
+        remembered = {}
+        for claim in claims:
+            key = object_key(claim)
+            cached = self._records.get(key)
+            if cached is not None and cached[0] is claim and cached[1] is view.inventory:
+                records = cached[2]
+            else:
+                records = _share_records(view, claim)
+            if reservations_of(claim):
+                remembered[key] = (claim, view.inventory, records)
+            shares.extend(records)
+        self._records = remembered
+        return ViewSnapshot(view.inventory, usage, tuple(shares), _quota_records(view, claims))
+
+
+def build_view_snapshot(view: ClusterView) -> ViewSnapshot:
+    """One snapshot with nothing remembered (a caller building them over and over keeps
+    a SnapshotBuilder)."""
+    return SnapshotBuilder().build(view)
+
+
+def _share_records(view: ClusterView, claim: dict[str, Any]) -> tuple[ShareRecord, ...]:
+    reserved = reservations_of(claim)
+    if reserved:
+        pod = reserved[0].get("name", "")
+    else:
+        waiting = sorted(view.pods_referring(object_key(claim)))
+        pod = waiting[0].split("/", 1)[1] if waiting else claim["metadata"].get("name", "")
+    records = []
+    for index, result in enumerate(
+        ((allocation_of(claim) or {}).get("devices") or {}).get("results") or []
+    ):
+        device = view.inventory.by_key.get(
+            (result.get("driver"), result.get("pool"), result.get("device"))
+        )
+        if device is None:
+            continue
+        consumed = result.get("consumedCapacity") or {}
+        records.append(
+            ShareRecord(
+                namespace=claim["metadata"].get("namespace", ""),
+                node=device.node,
+                pod=pod,
+                container_index=index,
+                device_uuid=device.uuid,
+                memory_bytes=_whole(consumed.get("memory")),
+                cores=_whole(consumed.get("cores")),
             )
-    return ViewSnapshot(view.inventory, usage, tuple(shares), _quota_records(view, claims))
+        )
+    return tuple(records)
 
 
 def _quota_records(view: ClusterView, claims: list[dict[str, Any]]) -> tuple[QuotaRecord, ...]:
