@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.legacy.config import CallerAuthSettings, LegacySettings
 from controller.legacy.server import LegacyServer, ServeSettings
 from dra_driver.engine.vendor_backends.registry import BackendRegistry
@@ -55,7 +53,7 @@ from simulator.legacy_vendors import (
     pod_devices,
     start_vendor_node,
 )
-from simulator.nodes import install_libvgpu_files, mock_gpu_file, register_node
+from simulator.nodes import dump_yaml, install_libvgpu_files, mock_gpu_file, register_node
 from simulator.policies import install_policies
 from simulator.progress import Steps
 from simulator.report import ContainerReport, PodReport, SimulationReport
@@ -102,7 +100,7 @@ async def _start_node(
     name = node.name
     base = root / name
     base.mkdir(parents=True)
-    (base / "gpus.yaml").write_text(yaml.safe_dump(mock_gpu_file(settings.shape, node.index)))
+    (base / "gpus.yaml").write_text(dump_yaml(mock_gpu_file(settings.shape, node.index)))
     await register_node(await identities.client(kubelet(name)), name)
     return await start_device_plugin(stack, identities, settings, name, base)
 

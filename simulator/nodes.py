@@ -75,6 +75,12 @@ def family_gpu_file(shape: ClusterShape, node: FamilyNode) -> dict[str, Any]:
     }
 
 
+def dump_yaml(document: dict[str, Any]) -> str:
+    """`yaml.safe_dump`'s text through libyaml when it is there: the pure-Python
+    emitter took 20 ms per node's mock GPU file."""
+    return yaml.dump(document, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper))
+
+
 def install_libvgpu_files(root: Path) -> LibvgpuPaths:
     """What `dra-driver install-libvgpu` leaves on a host; the CDI specs mount these."""
     vgpu = root / "vgpu"
@@ -183,7 +189,7 @@ async def start_node(
     plugin on <node>`); what had started by then is stopped."""
     name = node.name
     root.mkdir(parents=True)
-    (root / "gpus.yaml").write_text(yaml.safe_dump(family_gpu_file(shape, node)))
+    (root / "gpus.yaml").write_text(dump_yaml(family_gpu_file(shape, node)))
     (root / "boot_id").write_text(f"sim-boot-{node.position}\n")
     settings = PluginSettings(
         node_name=name,

@@ -8,12 +8,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 
 from cdi.resolve import SpecDevice, index_devices, resolve_container
 from dra_driver.status.model import ClusterStatus, camel_case_keys
 from dra_driver.status.render import gpu_table, pending_table
+from dra_driver.status.render_summary import nodes_table, totals_line
+from dra_driver.status.summary import cluster_totals, summarize_nodes
 from kubeletplugin.vendor_env import AMD_MEMORY_LIMIT_ENV, SHARE_ENV_PREFIX, VISIBLE_DEVICES_ENV
 from simulator.attempts import AttemptReport, Outcome
 
@@ -28,6 +30,10 @@ SHOWN_ENV_PREFIXES = (
     f"{SHARE_ENV_PREFIX}CORE_LIMIT",
 )
 """The limits a container gets; the full env and mounts are in `-o json`."""
+
+SUMMARY_ABOVE_GPUS = 64
+"""Past this many GPUs the report summarises them per node (1,000 nodes x 8 GPUs made
+8,000 rows); `-o json` keeps every GPU."""
 
 UNSET_PIN = "0"
 """What the spec pins a limit the share does not set to (libvgpu: none of its own, so
@@ -159,8 +165,23 @@ def spec_files(cdi_ids: Iterable[str], registry: Mapping[str, SpecDevice]) -> li
     return sorted({registry[i].source for i in cdi_ids if i in registry})
 
 
+def render_gpus(status: ClusterStatus, console: Console) -> None:
+    """Every GPU and its shares; past `SUMMARY_ABOVE_GPUS`, a row per node that holds a
+    share and the cluster's totals instead (`dra-driver status`'s summary)."""
+    if len(status.gpus) <= SUMMARY_ABOVE_GPUS:
+        console.print(gpu_table(status))
+        return
+    nodes = summarize_nodes(status.gpus)
+    busy = [node for node in nodes if node.holders]
+    totals = totals_line(cluster_totals(nodes, status.pending))
+    console.print(Group(nodes_table(busy), totals), no_wrap=True, crop=False, overflow="ignore")
+    console.print(
+        f"{len(nodes) - len(busy)} more node(s) hold no share; every GPU and share: -o json"
+    )
+
+
 def render_report(report: SimulationReport, console: Console) -> None:
-    console.print(gpu_table(report.status))
+    render_gpus(report.status, console)
     pods = Table(title="Pods and what their containers get", expand=False)
     for column in ("pod", "node", "container", "CDI devices", "limits (env; all of it in -o json)"):
         pods.add_column(column, overflow="fold")
