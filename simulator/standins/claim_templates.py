@@ -18,7 +18,7 @@ from typing import Any
 
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
-from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
+from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError
 from dra_driver.process.runtime import cancel_and_wait
 from simulator.standins import user_agents
 
@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUFFIX_LENGTH = 5
+RESOURCE_API = "/apis/resource.k8s.io/v1"
+DEFAULT_WORKERS = 10
+"""Workers, as kube-controller-manager's --concurrent-resourceclaim-syncs: enough to keep
+the stand-in ahead of the rest of a simulation without flooding the emulator."""
 
 
 def generated_claim_name(pod_name: str, entry_name: str) -> str:
@@ -82,9 +86,19 @@ def claim_from_template(
 
 
 class ClaimTemplateController:
-    """Creates template claims for pods until `aclose`; errors retry on the next pod change."""
+    """Creates template claims for pods until `aclose`.
 
-    def __init__(self, client: KubeClient) -> None:
+    Like kube-controller-manager's resourceclaim controller it works from informers
+    (pods and ResourceClaimTemplates: no read per pod) with several workers
+    (`workers`, its --concurrent-resourceclaim-syncs), one pod at a time per key: a
+    pod changed while a worker holds it is queued again when that worker is done. The
+    claims it made are remembered per pod, so a pod seen again before the watch shows
+    its new claim statuses gets no second claim, only the status write if that is
+    still missing. A pod whose template is not there yet is tried again when the
+    template appears (or the pod changes); a failed write when the pod next changes.
+    """
+
+    def __init__(self, client: KubeClient, workers: int = DEFAULT_WORKERS) -> None:
         # The caller's connection pool, but requests say kube-controller-manager.
         self.client = KubeClient(
             client.api_client,
@@ -93,14 +107,32 @@ class ClaimTemplateController:
             owns_session=False,
         )
         self.pods = Informer(self.client, "/api/v1/pods", handlers=[self._on_pod])
+        self.templates = Informer(
+            self.client, f"{RESOURCE_API}/resourceclaimtemplates", handlers=[self._on_template]
+        )
+        self.workers = workers
         self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._queued: set[str] = set()
+        self._active: set[str] = set()
+        self._dirty: set[str] = set()
+        self._made: dict[str, dict[str, str]] = {}
+        """pod uid -> {entry name: claim name} of the claims made here."""
+        self._written: dict[str, list[dict[str, str]]] = {}
+        """pod uid -> the resourceClaimStatuses last written."""
+        self._waiting: dict[str, set[str]] = {}
+        """namespace/template -> keys of pods waiting for it."""
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         self._tasks = [
+            asyncio.create_task(self.templates.run(), name="claim templates: templates"),
             asyncio.create_task(self.pods.run(), name="claim templates: pods"),
-            asyncio.create_task(self._work(), name="claim templates: worker"),
+            *(
+                asyncio.create_task(self._work(), name=f"claim templates: worker {index}")
+                for index in range(self.workers)
+            ),
         ]
+        await self.templates.synced.wait()
         await self.pods.synced.wait()
 
     async def aclose(self) -> None:
@@ -114,58 +146,77 @@ class ClaimTemplateController:
         await self.aclose()
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        if kind != "DELETED" and missing_template_claims(pod):
-            self._queue.put_nowait(object_key(pod))
+        if kind == "DELETED":
+            uid = pod["metadata"].get("uid", "")
+            self._made.pop(uid, None)
+            self._written.pop(uid, None)
+        elif missing_template_claims(pod):
+            self._enqueue(object_key(pod))
+
+    def _on_template(self, kind: str, template: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            for key in self._waiting.pop(object_key(template), set()):
+                self._enqueue(key)
+
+    def _enqueue(self, key: str) -> None:
+        if key in self._active:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
 
     async def _work(self) -> None:
         while True:
             key = await self._queue.get()
-            cached = self.pods.get(key)
-            if cached is None:
+            self._queued.discard(key)
+            pod = self.pods.get(key)
+            if pod is None or pod["metadata"].get("deletionTimestamp"):
                 continue
+            self._active.add(key)
             try:
-                # Read afresh: a key queued twice (created, then changed) would otherwise
-                # meet a cache without the claim statuses the first pass wrote, and make
-                # the claims again.
-                meta = cached["metadata"]
-                pod = await self.client.get(
-                    object_path(f"/api/v1/namespaces/{meta['namespace']}/pods", meta["name"])
-                )
-                if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
                 await self._make_claims(pod)
-            except NotFoundError:
-                continue
             except DriverError as error:
                 log.warning("claim from template failed", extra={"pod": key, "error": str(error)})
+            finally:
+                self._active.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                self._enqueue(key)
 
     async def _make_claims(self, pod: dict[str, Any]) -> None:
         metadata = pod["metadata"]
-        namespace = metadata["namespace"]
+        namespace, uid = metadata["namespace"], metadata["uid"]
+        made = self._made.setdefault(uid, {})
         statuses = list((pod.get("status") or {}).get("resourceClaimStatuses") or [])
         for entry_name, template_name in missing_template_claims(pod):
+            name = made.get(entry_name)
+            if name is None:
+                template = self.templates.get(f"{namespace}/{template_name}")
+                if template is None:
+                    log.info(
+                        "template not found yet",
+                        extra={"pod": object_key(pod), "template": template_name},
+                    )
+                    waiting = self._waiting.setdefault(f"{namespace}/{template_name}", set())
+                    waiting.add(object_key(pod))
+                    continue
+                name = generated_claim_name(metadata["name"], entry_name)
+                try:
+                    await self.client.create(
+                        f"{RESOURCE_API}/namespaces/{namespace}/resourceclaims",
+                        claim_from_template(pod, entry_name, template, name),
+                    )
+                except ConflictError:
+                    continue
+                made[entry_name] = name
+            statuses.append({"name": entry_name, "resourceClaimName": name})
+        written = (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if statuses != written and statuses != self._written.get(uid):
             try:
-                template = await self.client.get(
-                    f"/apis/resource.k8s.io/v1/namespaces/{namespace}"
-                    f"/resourceclaimtemplates/{template_name}"
+                await self.client.patch(
+                    f"/api/v1/namespaces/{namespace}/pods/{metadata['name']}/status",
+                    {"status": {"resourceClaimStatuses": statuses}},
                 )
             except NotFoundError:
-                log.info(
-                    "template not found yet",
-                    extra={"pod": object_key(pod), "template": template_name},
-                )
-                continue
-            name = generated_claim_name(metadata["name"], entry_name)
-            try:
-                await self.client.create(
-                    f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims",
-                    claim_from_template(pod, entry_name, template, name),
-                )
-            except ConflictError:
-                continue
-            statuses.append({"name": entry_name, "resourceClaimName": name})
-        if statuses != (pod.get("status") or {}).get("resourceClaimStatuses"):
-            await self.client.patch(
-                f"/api/v1/namespaces/{namespace}/pods/{metadata['name']}/status",
-                {"status": {"resourceClaimStatuses": statuses}},
-            )
+                return
+            self._written[uid] = statuses
