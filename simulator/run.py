@@ -91,7 +91,9 @@ class DraTarget:
             if failed or settled or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(SETTLE_POLL_S)
-        registry = load_specs(node.cdi_dir for node in self.cluster.nodes)
+        # Only the pod's node holds its CDI specs (reading every node's: 1,000 directories).
+        on_node = (stored.get("spec") or {}).get("nodeName")
+        registry = load_specs(n.cdi_dir for n in self.cluster.nodes if n.name == on_node)
         return PlacedPod(stored=stored, report=pod_report(self.cluster, stored, reason, registry))
 
     async def call(self, call: Call, identity: Identity | None, namespace: str) -> CallAnswer:
