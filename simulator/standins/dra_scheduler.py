@@ -36,8 +36,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from kubernetes import client as k8s
@@ -63,6 +64,7 @@ from simulator.standins.node_fit import (
     NodeInfo,
     deallocatable,
     fit_failure_on,
+    pinned_nodes,
     unavailable_claims,
 )
 from simulator.standins.scheduler_extender import FilterResult, unschedulable_message
@@ -338,6 +340,14 @@ class DRAScheduler:
             else None
         )
         nodes = cache.node_infos()
+        pinned = pinned_nodes(claims)
+        if pinned is not None:
+            # Every feasible node is among these: try them first, and walk every node
+            # only to word the failure when none of them fits.
+            candidates = [cache.nodes[name] for name in sorted(pinned) if name in cache.nodes]
+            placed = _first_fit(pod, requested, candidates, claims, unallocated, allocator)
+            if placed is not None:
+                return placed
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         unavailable: set[int] = set()
@@ -375,6 +385,29 @@ async def _first_of(stop: Coroutine[Any, Any, Any], *synced: Coroutine[Any, Any,
     finally:
         for waiter in waiters:
             waiter.cancel()
+
+
+def _first_fit(
+    pod: dict[str, Any],
+    requested: Mapping[str, Decimal],
+    nodes: Sequence[NodeInfo],
+    claims: list[dict[str, Any]],
+    unallocated: Sequence[int],
+    allocator: _Allocator | None,
+) -> _Placement | None:
+    """The first of `nodes` that passes every Filter check, as a placement."""
+    for info in nodes:
+        if fit_failure_on(pod, requested, info) or unavailable_claims(info.node, claims):
+            continue
+        picks: list[Pick] = []
+        if unallocated:
+            planned = allocator.plan(info) if allocator is not None else None
+            if planned is None:
+                continue
+            picks = planned
+        allocations = allocator.allocations(info, picks, unallocated) if allocator else {}
+        return _Placement(info.name, claims, allocations)
+    return None
 
 
 class _Allocator:

@@ -132,6 +132,29 @@ def unavailable_claims(node: dict[str, Any], claims: Sequence[Mapping[str, Any]]
     ]
 
 
+def pinned_nodes(claims: Sequence[Mapping[str, Any]]) -> set[str] | None:
+    """The only nodes every allocated claim can reach, when each names them in the usual
+    way (one term: `metadata.name In [...]`); None when some claim does not, or none is
+    allocated. Only a shortcut for finding a feasible node: Filter still checks them."""
+    names: set[str] | None = None
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation")
+        if allocation is None:
+            continue
+        terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+        if len(terms) != 1 or terms[0].get("matchExpressions"):
+            return None
+        fields = terms[0].get("matchFields") or []
+        if len(fields) != 1:
+            return None
+        requirement = fields[0]
+        if requirement.get("key") != "metadata.name" or requirement.get("operator") != "In":
+            return None
+        these = set(requirement.get("values") or [])
+        names = these if names is None else names & these
+    return names
+
+
 def deallocatable(claim: Mapping[str, Any], pod_uid: str) -> bool:
     """PostFilter may clear the claim: reserved by nobody, or only by the pod itself."""
     reserved = (claim.get("status") or {}).get("reservedFor") or []

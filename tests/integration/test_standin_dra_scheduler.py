@@ -246,7 +246,11 @@ async def test_post_filter_deallocates_a_claim_reserved_only_by_the_pod(
 
 async def test_post_filter_keeps_a_claim_another_pod_reserved(api: client.ApiClient) -> None:
     await setup_tainted(api, pod("shared"))
-    await reserve(api, "shared-claim", "other", "0b7e3d4c-1f2a-4b5c-8d9e-0a1b2c3d4e5f")
+    # A pod that exists: kube-controller-manager drops reservations of pods that do not.
+    other = {**pod("other"), "spec": {"containers": pod("other")["spec"]["containers"][:1]}}
+    other["spec"]["containers"][0]["resources"] = {}
+    created = await call(client.CoreV1Api(api).create_namespaced_pod, NAMESPACE, other)
+    await reserve(api, "shared-claim", "other", created["metadata"]["uid"])
 
     outcome = await DRAScheduler(api).schedule(NAMESPACE, "shared")
     _, claim = await read_pod_and_claim(api, "shared")
