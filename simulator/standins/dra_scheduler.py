@@ -159,8 +159,8 @@ class DRAScheduler:
         *,
         settings: SchedulerSettings | None = None,
     ) -> None:
-        self.api = SchedulerAPI(api_client)
         self.settings = settings or SchedulerSettings(scheduler_name=scheduler_name)
+        self.api = SchedulerAPI(api_client, self.settings.parallelism)
         self.scheduler_name = self.settings.scheduler_name
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import functools
 import json
+import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kubernetes import client as k8s
@@ -28,6 +32,9 @@ from kubernetes.client.rest import ApiException
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.resource_api import DELETE_PROTECTION
 from simulator.standins import user_agents
+
+WATCHES = 5
+"""The most list+watch connections the stand-in keeps open (dra_scheduler.py)."""
 
 
 def api_message(error: ApiException) -> str:
@@ -41,18 +48,29 @@ def api_message(error: ApiException) -> str:
 class SchedulerAPI:
     """The core and resource.k8s.io clients of one stand-in, with its reads and writes."""
 
-    def __init__(self, api_client: k8s.ApiClient) -> None:
-        # A client of its own on the caller's configuration, so the User-Agent is
-        # kube-scheduler's without changing the caller's client.
-        own = k8s.ApiClient(api_client.configuration)
+    def __init__(self, api_client: k8s.ApiClient, parallelism: int = 16) -> None:
+        # A client of its own on a copy of the caller's configuration: the User-Agent is
+        # kube-scheduler's, and its connection pool and threads fit `parallelism` calls
+        # at once (plus the watches), without changing the caller's client or sharing
+        # the loop's default executor.
+        configuration = copy.copy(api_client.configuration)
+        configuration.connection_pool_maxsize = parallelism + WATCHES
+        own = k8s.ApiClient(configuration)
         own.user_agent = user_agents.KUBE_SCHEDULER
+        self._threads = ThreadPoolExecutor(parallelism, thread_name_prefix="kube-scheduler")
+        weakref.finalize(self, self._threads.shutdown, wait=False)
         self.client = own
         self.core = k8s.CoreV1Api(own)
         self.resource = k8s.ResourceV1Api(own)
 
+    async def _call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """A client method on this stand-in's threads."""
+        call = functools.partial(method, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, call)
+
     async def read(self, method: Any, *args: Any, **kwargs: Any) -> Any:
         """Call a client method off the loop and answer its JSON body undecoded."""
-        response = await asyncio.to_thread(method, *args, _preload_content=False, **kwargs)
+        response = await self._call(method, *args, _preload_content=False, **kwargs)
         return json.loads(response.data)
 
     async def write_allocation(
@@ -80,7 +98,7 @@ class SchedulerAPI:
             "status": {"allocation": allocation, "reservedFor": [reservation]},
         }
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.resource.patch_namespaced_resource_claim_status,
                 name,
                 namespace,
@@ -90,7 +108,7 @@ class SchedulerAPI:
         except ApiException:
             if added:
                 with contextlib.suppress(ApiException):
-                    await asyncio.to_thread(
+                    await self._call(
                         self.resource.patch_namespaced_resource_claim,
                         name,
                         namespace,
@@ -111,7 +129,7 @@ class SchedulerAPI:
         )
         allocation = {"allocationTimestamp": api_time(), **status["allocation"]}
         metadata = claim["metadata"]
-        await asyncio.to_thread(
+        await self._call(
             self.resource.replace_namespaced_resource_claim_status,
             metadata["name"],
             metadata["namespace"],
@@ -128,7 +146,7 @@ class SchedulerAPI:
             if k not in ("allocation", "reservedFor", "devices")
         }
         metadata = claim["metadata"]
-        await asyncio.to_thread(
+        await self._call(
             self.resource.replace_namespaced_resource_claim_status,
             metadata["name"],
             metadata["namespace"],
@@ -145,7 +163,7 @@ class SchedulerAPI:
             "metadata": {"name": metadata["name"], "namespace": metadata["namespace"]},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node_name},
         }
-        await asyncio.to_thread(
+        await self._call(
             self.core.create_namespaced_pod_binding,
             metadata["name"],
             metadata["namespace"],
@@ -178,7 +196,7 @@ class SchedulerAPI:
             "message": message,
         }
         metadata = pod["metadata"]
-        await asyncio.to_thread(
+        await self._call(
             self.core.patch_namespaced_pod_status,
             metadata["name"],
             metadata["namespace"],
