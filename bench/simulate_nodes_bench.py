@@ -18,10 +18,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from dra_driver.kube.rest import KubeClient
 from simulator.apiserver import APIServer
 from simulator.identities import Identities
 from simulator.nodes import SimNode, start_nodes, stop_nodes
 from simulator.settings import ClusterShape
+from simulator.standins.kubelet_pods import PodFeed
 
 
 def cpu_s() -> float:
@@ -35,10 +37,15 @@ async def run(nodes: int, gpus: int) -> None:
         root = Path(directory)
         async with APIServer() as server:
             identities = Identities(server, root / "identities")
+            admin = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
+            feed = PodFeed(admin)
+            await feed.start()
             started: list[SimNode] = []
             wall, cpu = time.monotonic(), cpu_s()
             try:
-                await start_nodes(identities, shape, root, started, controller_allocated=True)
+                await start_nodes(
+                    identities, shape, root, started, feed=feed, controller_allocated=True
+                )
                 print(
                     f"start {nodes} nodes: {time.monotonic() - wall:6.1f} s wall "
                     f"{cpu_s() - cpu:6.1f} s CPU"
@@ -46,7 +53,9 @@ async def run(nodes: int, gpus: int) -> None:
             finally:
                 wall, cpu = time.monotonic(), cpu_s()
                 await stop_nodes(started)
+                await feed.aclose()
                 await identities.aclose()
+                await admin.aclose()
                 print(
                     f"stop {len(started)} nodes:  {time.monotonic() - wall:6.1f} s wall "
                     f"{cpu_s() - cpu:6.1f} s CPU"

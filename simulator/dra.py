@@ -31,11 +31,12 @@ from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
 from simulator.failures import first_of, run_as
 from simulator.identities import CONTROLLER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, Identities
-from simulator.nodes import SimNode, start_nodes, stop_nodes
+from simulator.nodes import START_WAIT_S, SimNode, start_nodes, stop_nodes
 from simulator.policies import install_policies
 from simulator.settings import Mode, SimulationSettings
 from simulator.standins.claim_templates import ClaimTemplateController
 from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
+from simulator.standins.kubelet_pods import PodFeed
 
 SCHEDULER_POLL_S = 0.05
 SCHEDULER_INITIAL_BACKOFF_S = 0.1
@@ -74,6 +75,7 @@ async def dra_cluster(
         sync_client = sync_config.new_client_from_config(
             config_file=str(identities.kubeconfig(KUBE_SCHEDULER))
         )
+        feed = PodFeed(client)
         templates = ClaimTemplateController(await identities.client(KUBE_CONTROLLER_MANAGER))
         recorder: EventRecorder | None = None
         try:
@@ -88,11 +90,18 @@ async def dra_cluster(
             mixed = settings.mode is Mode.MIXED
             total = len(settings.shape.family_nodes())
             step(f"nodes started 0/{total}")
+            await run_as(
+                "kubelets' pod watch (admin)",
+                feed.start(),
+                timeout_s=START_WAIT_S,
+                doing="listing the pods",
+            )
             await start_nodes(
                 identities,
                 settings.shape,
                 root,
                 cluster.nodes,
+                feed=feed,
                 controller_allocated=controller_allocated,
                 mixed_mode=mixed,
                 on_started=lambda done, total: step(f"nodes started {done}/{total}"),
@@ -143,6 +152,7 @@ async def dra_cluster(
                 await recorder.aclose()
             await templates.aclose()
             await stop_nodes(cluster.nodes)
+            await feed.aclose()
             await identities.aclose()
             await client.aclose()
             await asyncio.to_thread(sync_client.close)

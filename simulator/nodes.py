@@ -27,7 +27,7 @@ from simulator.failures import first_failure, run_as
 from simulator.identities import Identities, kubelet, kubelet_plugin
 from simulator.settings import ClusterShape, FamilyNode
 from simulator.standins.kubelet_dra import KubeletDRA, KubeletDRASettings
-from simulator.standins.kubelet_pods import KubeletPods
+from simulator.standins.kubelet_pods import KubeletPods, PodFeed
 
 GPU_NODE_LABEL = "vgpu.hami.io/gpu-node"
 CONTROLLER_TAINT = Taint("vgpu.hami.io/allocation", "controller")
@@ -108,7 +108,7 @@ NODE_STATUS = {
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 READY_WAIT_S = 30.0
 START_WAIT_S = 60.0
-"""Longest wait for a plugin to start, kubelet to register it, or kubelet's pod list."""
+"""Longest wait for a plugin to start, or for kubelet to register it."""
 CONCURRENT_STARTS = 32
 """Nodes starting at once: enough to keep the one event loop busy while each waits
 on round trips, few enough that each start's requests stay within their timeouts."""
@@ -179,12 +179,14 @@ async def start_node(
     node: FamilyNode,
     root: Path,
     *,
+    feed: PodFeed,
     controller_allocated: bool,
     mixed_mode: bool = False,
 ) -> SimNode:
     """Create the Node, then run its kubelet plugin and kubelet stand-ins until `stop_nodes`,
     each under the identity deploy/ gives it (the plugin's token bound to the node);
-    `mixed_mode`: the plugin also counts the node's legacy pods when it prepares.
+    `mixed_mode`: the plugin also counts the node's legacy pods when it prepares;
+    `feed`: the pod watch the kubelet stand-ins share.
     A step that fails says which component it was (`kubelet on <node>`, `kubelet
     plugin on <node>`); what had started by then is stopped."""
     name = node.name
@@ -216,7 +218,7 @@ async def start_node(
     kubelet_dra = KubeletDRA(
         KubeletDRASettings(name, settings.registry_dir, scan_interval=REGISTRY_SCAN_S), None
     )
-    pods = KubeletPods(node_client, kubelet_dra, name)
+    pods = KubeletPods(node_client, kubelet_dra, name, feed)
     try:
         await kubelet_dra.start()
         await run_as(
@@ -225,7 +227,7 @@ async def start_node(
             timeout_s=START_WAIT_S,
             doing=f"registering the {settings.driver} plugin",
         )
-        await run_as(kubelet_name, pods.start(), timeout_s=START_WAIT_S, doing="listing its pods")
+        await pods.start()
     except BaseException:
         await pods.aclose()
         await kubelet_dra.aclose()
@@ -240,6 +242,7 @@ async def start_nodes(
     root: Path,
     into: list[SimNode],
     *,
+    feed: PodFeed,
     controller_allocated: bool,
     mixed_mode: bool = False,
     on_started: Callable[[int, int], None] = lambda done, total: None,
@@ -259,6 +262,7 @@ async def start_nodes(
                 shape,
                 node,
                 root / node.name,
+                feed=feed,
                 controller_allocated=controller_allocated,
                 mixed_mode=mixed_mode and node.vendor == "nvidia",
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,28 +59,70 @@ def container_cdi_ids(devices: Iterable[Any], request: str) -> list[str]:
     ]
 
 
-class KubeletPods:
-    """Runs the pods bound to one node until `aclose`."""
+class PodFeed:
+    """One pod watch for the kubelet stand-ins of every node, each fed its node's pods.
 
-    def __init__(self, client: KubeClient, kubelet: KubeletDRA, node: str) -> None:
+    A kubelet watches its own pods (`spec.nodeName=<node>`); a thousand such watches
+    in one process cost the emulator a filter per watcher on every pod event and a
+    connection each. One watch of every pod, handed out by `spec.nodeName`, gives each
+    stand-in the same events: a pod appears when it is bound (a pod is bound once),
+    changes, and is deleted. It reads as the client it is given (the simulation's
+    admin): the stand-in is not a driver component, no RBAC of deploy/ is in play.
+    """
+
+    def __init__(self, client: KubeClient) -> None:
+        self.informer = Informer(client, "/api/v1/pods", handlers=[self._on_pod])
+        self._nodes: dict[str, Callable[[str, dict[str, Any]], None]] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self.informer.run(), name="kubelet pod feed")
+        await self.informer.synced.wait()
+
+    async def aclose(self) -> None:
+        await cancel_and_wait([self._task] if self._task is not None else [])
+        self._task = None
+
+    def subscribe(self, node: str, handler: Callable[[str, dict[str, Any]], None]) -> None:
+        """From now on `handler(kind, pod)` gets the node's pod events, starting with an
+        ADDED for each pod already bound to it (what a new watch's list gives)."""
+        self._nodes[node] = handler
+        for pod in list(self.informer.store.values()):
+            if _node_of(pod) == node:
+                handler("ADDED", pod)
+
+    def unsubscribe(self, node: str) -> None:
+        self._nodes.pop(node, None)
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        handler = self._nodes.get(_node_of(pod))
+        if handler is not None:
+            handler(kind, pod)
+
+
+def _node_of(pod: Mapping[str, Any]) -> str:
+    return (pod.get("spec") or {}).get("nodeName") or ""
+
+
+class KubeletPods:
+    """Runs the pods bound to one node until `aclose`; its pods come from `feed`, its
+    reads and writes go through `client` (the node's kubelet identity)."""
+
+    def __init__(self, client: KubeClient, kubelet: KubeletDRA, node: str, feed: PodFeed) -> None:
         self.client = client
         self.kubelet = kubelet
         self.node = node
-        self.pods = Informer(
-            client, "/api/v1/pods", handlers=[self._on_pod], field_selector=f"spec.nodeName={node}"
-        )
+        self.feed = feed
         self.prepared: dict[str, PreparedPod] = {}
         self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self.pods.run(), name=f"kubelet pods {self.node}"),
-            asyncio.create_task(self._work(), name=f"kubelet pod worker {self.node}"),
-        ]
-        await self.pods.synced.wait()
+        self._tasks = [asyncio.create_task(self._work(), name=f"kubelet pod worker {self.node}")]
+        self.feed.subscribe(self.node, self._on_pod)
 
     async def aclose(self) -> None:
+        self.feed.unsubscribe(self.node)
         await cancel_and_wait(self._tasks)
 
     def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
