@@ -46,7 +46,9 @@ def _holders(node: NodeSummary) -> Text:
     return text
 
 
-def nodes_table(nodes: Sequence[NodeSummary]) -> Text:
+def nodes_table(nodes: Sequence[NodeSummary], note: str = DETAILS) -> Text:
+    """A row per node; `note` under the rows (by default where `dra-driver status` keeps
+    the details; the simulator's report, which has its own, passes its own or "")."""
     rows = []
     for node in nodes:
         memory = usage_bar(node.allocated_memory_bytes, node.memory_bytes, SUMMARY_BAR_WIDTH)
@@ -54,7 +56,7 @@ def nodes_table(nodes: Sequence[NodeSummary]) -> Text:
         cores = usage_bar(node.allocated_cores, node.cores, SUMMARY_BAR_WIDTH)
         cores.append(f" {node.allocated_cores}/{node.cores}")
         rows.append([node.node, _gpus(node), ",".join(node.modes), memory, cores, _holders(node)])
-    return aligned("GPU nodes", COLUMNS, rows, DETAILS)
+    return aligned("GPU nodes", COLUMNS, rows, note)
 
 
 def size(value: int) -> str:
