@@ -24,12 +24,13 @@ from prometheus_client import CollectorRegistry
 from controller.controller import Controller
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
+from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.process.runtime import cancel_and_wait
 from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
-from simulator.failures import first_of, run_as
+from simulator.failures import ComponentError, failure_text, first_of, run_as
 from simulator.identities import CONTROLLER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, Identities
 from simulator.nodes import START_WAIT_S, SimNode, start_nodes, stop_nodes
 from simulator.policies import install_policies
@@ -56,6 +57,19 @@ class DraCluster:
     identities: Identities
     nodes: list[SimNode] = field(default_factory=list)
     controller: Controller | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    """The components that run as tasks (kube-scheduler, the controller), named for them."""
+
+    def check_running(self) -> None:
+        """Raise what a component's task ended with: a dead scheduler or controller
+        would otherwise show only as pods that never settle."""
+        for task in self.tasks:
+            if task.done() and not task.cancelled():
+                error = task.exception()
+                if error is None:
+                    raise ComponentError(task.get_name(), "stopped while the run went on")
+                failure = failure_text(error) if isinstance(error, DriverError) else repr(error)
+                raise ComponentError(task.get_name(), f"stopped: {failure}")
 
 
 @contextlib.asynccontextmanager
@@ -70,7 +84,7 @@ async def dra_cluster(
         client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
         identities = Identities(server, root / "identities")
         cluster = DraCluster(server, client, identities)
-        tasks: list[asyncio.Task[None]] = []
+        tasks = cluster.tasks
         stop = asyncio.Event()
         sync_client = sync_config.new_client_from_config(
             config_file=str(identities.kubeconfig(KUBE_SCHEDULER))

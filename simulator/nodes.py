@@ -112,12 +112,14 @@ START_WAIT_S = 60.0
 CONCURRENT_STARTS = 32
 """Nodes starting at once: enough to keep the one event loop busy while each waits
 on round trips, few enough that each start's requests stay within their timeouts."""
-HOST_POLL_S = 1.0
+HOST_POLL_S = 5.0
 """How often a plugin looks at its sockets and GPU file: 1,000 plugins cannot each have
-the two inotify instances they use on a real node (a user gets 128)."""
-REGISTRY_SCAN_S = 1.0
+the two inotify instances they use on a real node (a user gets 128). Nothing in a run
+touches them after the start; an edit of a kept mock GPU file shows within 5 s."""
+REGISTRY_SCAN_S = 5.0
 """kubelet's registry rescans (it uses inotify): the first scan, right after the plugin
-serves its socket, registers it; every 50 ms on 1,000 nodes was 20,000 scans a second."""
+serves its socket, registers it; every 50 ms on 1,000 nodes was 20,000 scans a second,
+and scans (like the polls above) add up over a start that takes longer the more nodes."""
 
 
 async def register_node(client: KubeClient, name: str) -> None:

@@ -82,6 +82,7 @@ class DraTarget:
         key = (namespace, body["metadata"]["name"])
         deadline = time.monotonic() + self.timeout_s
         while True:
+            self.cluster.check_running()
             ((stored, reason, allocated),) = await pods_and_reasons(self.admin, {key})
             prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
             failed = any(record is not None and record.error for record in prepared)
@@ -124,12 +125,14 @@ async def pods_and_reasons(
 
 
 async def wait_settled(
-    client: KubeClient, names: set[tuple[str, str]], timeout_s: float, on_progress: Any
+    cluster: DraCluster, names: set[tuple[str, str]], timeout_s: float, on_progress: Any
 ) -> list[tuple[dict[str, Any], str]]:
-    """Until every pod runs or has a reason not to, or the timeout; the last view either way."""
+    """Until every pod runs or has a reason not to, or the timeout; the last view either
+    way. A component's task that died ends the wait with its error."""
     deadline = time.monotonic() + timeout_s
     while True:
-        view = await pods_and_reasons(client, names)
+        cluster.check_running()
+        view = await run_as(ADMIN_WATCHING, pods_and_reasons(cluster.client, names))
         settled = sum(_settled(*entry) for entry in view)
         on_progress(settled, len(names))
         if settled == len(names) or time.monotonic() >= deadline:
@@ -175,14 +178,11 @@ async def simulate(
             names = {
                 (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"
             }
-            view = await run_as(
-                ADMIN_WATCHING,
-                wait_settled(
-                    cluster.client,
-                    names,
-                    settings.settle_timeout_s,
-                    lambda done, total: step.count("pods settled", done, total),
-                ),
+            view = await wait_settled(
+                cluster,
+                names,
+                settings.settle_timeout_s,
+                lambda done, total: step.count("pods settled", done, total),
             )
             step("reading the result")
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
