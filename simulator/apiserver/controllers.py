@@ -43,6 +43,9 @@ class Controllers:
         self.settings = settings
         self._loop = loop
         self._timers: dict[Hashable, asyncio.TimerHandle] = {}
+        self._reserving: dict[str, set[tuple[str, str]]] = {}
+        """pod uid -> (namespace, name) of the claims reserved for it, so a pod that
+        goes costs a look at its claims, not at every claim."""
         registry = self.storage.registry
         self._claims = registry.get("resource.k8s.io", "v1", "resourceclaims")
         self._pods = registry.get("", "v1", "pods")
@@ -74,6 +77,8 @@ class Controllers:
         obj = event.obj
         meta = obj["metadata"]
         delay = self.settings.controller_delay_s
+        if resource is self._claims:
+            self._index_reservations(event)
         if resource is self._claims and event.type != DELETED:
             key = (meta["namespace"], meta["name"])
             self._after(delay, ("claim", key), lambda: self._sync_claim(*key))
@@ -100,11 +105,25 @@ class Controllers:
 
     # ---- resourceclaim controller -------------------------------------------------
 
+    def _index_reservations(self, event: WatchEvent) -> None:
+        """Keep `_reserving` (pod uid -> the claims whose reservedFor names it) current."""
+        for obj, add in ((event.old, False), (None if event.type == DELETED else event.obj, True)):
+            if obj is None:
+                continue
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            for ref in (obj.get("status") or {}).get("reservedFor") or ():
+                uid = ref.get("uid")
+                if add:
+                    self._reserving.setdefault(uid, set()).add(key)
+                elif uid in self._reserving:
+                    self._reserving[uid].discard(key)
+                    if not self._reserving[uid]:
+                        del self._reserving[uid]
+
     def _pod_gone(self, pod_meta: dict[str, Any]) -> None:
         namespace, uid = pod_meta["namespace"], pod_meta["uid"]
-        for (claim_ns, name), claim in list(self.storage.bucket(self._claims).objects.items()):
-            reserved = (claim.get("status") or {}).get("reservedFor") or ()
-            if claim_ns == namespace and any(r.get("uid") == uid for r in reserved):
+        for claim_ns, name in sorted(self._reserving.get(uid, ())):
+            if claim_ns == namespace:
                 self._sync_claim(claim_ns, name)
 
     def _pod_exists(self, namespace: str, ref: dict[str, Any]) -> bool:
