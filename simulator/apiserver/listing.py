@@ -70,9 +70,8 @@ def list_page(
             meta["continue"] = _encode_continue(
                 list_rv, f"{last.get('namespace', '')}/{last['name']}"
             )
-            remaining = 1 + sum(1 for _ in matching)
             if not labels and not fields:
-                meta["remainingItemCount"] = remaining
+                meta["remainingItemCount"] = 1 + sum(1 for _ in matching)
             break
         items.append(obj)
     return {

@@ -123,6 +123,66 @@ class Watcher:
         self.ready.set()
 
 
+class WatcherSet:
+    """A bucket's watchers, those that select one field value (`spec.nodeName=node-7`, as
+    every kubelet watches its pods) indexed by it: an event is offered only to the
+    watchers it can concern (its object's or old object's value, and every watcher
+    without such a term), not to a thousand kubelets' watches one by one. A watcher
+    skipped this way would have seen neither version match, so it gets nothing either
+    way. A watcher of another API version (`present`) is never indexed."""
+
+    __slots__ = ("_getters", "_indexed", "_keys", "_plain")
+
+    def __init__(self) -> None:
+        self._plain: set[Watcher] = set()
+        self._indexed: dict[tuple[str, str], set[Watcher]] = {}
+        self._keys: dict[Watcher, tuple[str, str]] = {}
+        self._getters: dict[str, Callable[[Mapping[str, Any]], str]] = {}
+
+    @staticmethod
+    def _term(watcher: Watcher) -> FieldTerm | None:
+        if watcher.present is not None:
+            return None
+        return next((t for t in watcher.fields if t.equal), None)
+
+    def add(self, watcher: Watcher) -> None:
+        term = self._term(watcher)
+        if term is None:
+            self._plain.add(watcher)
+            return
+        key = (term.path, term.value)
+        self._keys[watcher] = key
+        self._indexed.setdefault(key, set()).add(watcher)
+        self._getters.setdefault(term.path, term.get)
+
+    def discard(self, watcher: Watcher) -> None:
+        self._plain.discard(watcher)
+        key = self._keys.pop(watcher, None)
+        if key is not None:
+            group = self._indexed[key]
+            group.discard(watcher)
+            if not group:
+                del self._indexed[key]
+
+    def __iter__(self) -> Iterator[Watcher]:
+        yield from list(self._plain)
+        yield from list(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._plain) + len(self._keys)
+
+    def for_event(self, event: WatchEvent) -> list[Watcher]:
+        """The watchers `event` may concern."""
+        found = list(self._plain)
+        for path, get in self._getters.items():
+            values = {get(event.obj)}
+            if event.old is not None:
+                values.add(get(event.old))
+            for value in values:
+                found.extend(self._indexed.get((path, value), ()))
+        return found
+
+
 class Bucket:
     """All objects of one resource type, its bounded event history and its watchers."""
 
@@ -135,7 +195,7 @@ class Bucket:
         self.max_age_s = max_age_s
         # Events at or below `floor` have left the history: older watches get 410.
         self.floor = 0
-        self.watchers: set[Watcher] = set()
+        self.watchers = WatcherSet()
 
     def compact(self) -> None:
         """Forget events older than the history window, as etcd compaction does."""
@@ -150,7 +210,7 @@ class Bucket:
         self.history.append(event)
         if self.history[0].at < event.at - self.max_age_s:
             self.compact()
-        for watcher in list(self.watchers):
+        for watcher in self.watchers.for_event(event):
             if not watcher.offer(event):
                 self.watchers.discard(watcher)
 
