@@ -255,4 +255,3 @@ class SchedulerCache:
         node_name = self._pod_node.pop(key, None)
         if node_name is not None and node_name in self.nodes:
             self.nodes[node_name].remove(key)
-
