@@ -62,6 +62,8 @@ class SchedulerCache:
         """claim key -> keys of the pods that name it."""
         self._assumed_claims: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, dict[str, Any]] = {}
+        self._slices_by_node: dict[str, dict[str, dict[str, Any]]] = {}
+        """nodeName ("" for slices of all or selected nodes) -> that node's slices."""
         self.classes: dict[str, dict[str, Any]] = {}
         self.parked: set[str] = set()
         """Pending pods that failed and wait for an event (or their backoff)."""
@@ -211,10 +213,13 @@ class SchedulerCache:
                 self.wake(pod_key)
 
     def _on_slices(self, kind: str, item: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self.slices.pop(key_of(item), None)
-        else:
-            self.slices[key_of(item)] = item
+        key = key_of(item)
+        old = self.slices.pop(key, None)
+        if old is not None:
+            self._slices_by_node.get(_slice_node(old), {}).pop(key, None)
+        if kind != "DELETED":
+            self.slices[key] = item
+            self._slices_by_node.setdefault(_slice_node(item), {})[key] = item
         self._wake_parked()
 
     def _on_classes(self, kind: str, item: dict[str, Any]) -> None:
@@ -226,12 +231,8 @@ class SchedulerCache:
 
     def slices_for(self, node: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The slices that may publish devices for the node (dra_allocator checks which)."""
-        name = node["metadata"]["name"]
-        return [
-            item
-            for item in self.slices.values()
-            if (item.get("spec") or {}).get("nodeName") in (None, "", name)
-        ]
+        own = self._slices_by_node.get(node["metadata"]["name"], {})
+        return [*own.values(), *self._slices_by_node.get("", {}).values()]
 
     @staticmethod
     def _claim_keys(pod: Mapping[str, Any]) -> list[str]:
@@ -255,3 +256,7 @@ class SchedulerCache:
         node_name = self._pod_node.pop(key, None)
         if node_name is not None and node_name in self.nodes:
             self.nodes[node_name].remove(key)
+
+
+def _slice_node(item: Mapping[str, Any]) -> str:
+    return str((item.get("spec") or {}).get("nodeName") or "")
