@@ -22,7 +22,7 @@ from dra_driver.kube.rest import KubeClient
 from simulator.apiserver import APIServer
 from simulator.identities import Identities
 from simulator.nodes import SimNode, start_nodes, stop_nodes
-from simulator.settings import ClusterShape
+from simulator.settings import ClusterShape, scratch_dir
 from simulator.standins.kubelet_pods import PodFeed
 
 
@@ -33,7 +33,7 @@ def cpu_s() -> float:
 
 async def run(nodes: int, gpus: int) -> None:
     shape = ClusterShape(nodes=nodes, vendors=("nvidia",), gpus_per_node=gpus)
-    with tempfile.TemporaryDirectory(prefix="vgpu-bench-", dir="/tmp") as directory:
+    with tempfile.TemporaryDirectory(prefix="vgpu-bench-", dir=scratch_dir()) as directory:
         root = Path(directory)
         async with APIServer() as server:
             identities = Identities(server, root / "identities")
