@@ -33,9 +33,12 @@ Per mode at the end: peak RSS (VmHWM), RSS after freeing each round, and the goa
 (controller_bench_replay.py): the histogram is wall time, and on a loaded 2-core
 machine its tail is mostly the waits of a preempted process.
 
-The default `--rate` (15 pods/s) is below the ~22 claims/s the burst rounds reach at
-1,000 x 8 on this 2-core machine (bound by the emulator and stand-ins sharing one
-process), so the paced round shows latency without a backlog.
+The default `--rate` (15 pods/s) was picked below what the burst rounds reach at
+1,000 x 8 on this 2-core machine (22 claims/s in an early 3,000-pod run; 40-53/s with
+templates and 74-76/s with pre-created claims once the stand-ins scaled; the bench
+process holding the emulator and stand-ins is the bound): at 15/s creation ->
+allocation stayed at p50 17-25 ms, p99 122-206 ms, so the paced round shows latency
+without a backlog.
 
     .venv/bin/python bench/controller_bench.py [--nodes 1000] [--gpus 8] [--pods 10000]
         [--claims both|templates|precreated] [--paced-pods 1000] [--rate 15]
