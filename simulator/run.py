@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from controller.object_state import STALE_CYCLE_MESSAGES
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.pod_claims import pod_claim_names
@@ -43,7 +44,17 @@ ADMIN_STATUS = "simulate, reading the cluster status as admin"
 PIPED_WIDTH = 160
 
 
-def _reason(pod: Mapping[str, Any], claims: Sequence[str], events: list[dict[str, Any]]) -> str:
+def _reason(
+    pod: Mapping[str, Any],
+    claims: Sequence[str],
+    events: list[dict[str, Any]],
+    *,
+    controller_allocated: bool,
+) -> str:
+    """The newest Warning on the pod or its claims, else kube-scheduler's verdict. Where
+    the controller allocates, a verdict from a cycle that saw the claims unallocated
+    (`cannot allocate all claims`) only says the controller has not written yet: the
+    controller's own FilteringFailed event is the reason when nothing fits."""
     namespace = pod["metadata"]["namespace"]
     reason = newest_warning(events, "Pod", namespace, {pod["metadata"]["name"]})
     reason = reason or newest_warning(events, "ResourceClaim", namespace, set(claims))
@@ -51,13 +62,19 @@ def _reason(pod: Mapping[str, Any], claims: Sequence[str], events: list[dict[str
         return reason
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return f"{condition.get('reason', '')}: {condition.get('message', '')}"
+            message = str(condition.get("message", ""))
+            if controller_allocated and any(text in message for text in STALE_CYCLE_MESSAGES):
+                return ""
+            return f"{condition.get('reason', '')}: {message}"
     return ""
 
 
 def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
-    """Running, or refused: a reason and no allocated claim (an allocated one is on its way)."""
-    return (pod.get("status") or {}).get("phase") == "Running" or (bool(reason) and not allocated)
+    """Running, or refused: a reason, every claim made (until its template's claims exist
+    a pod only waits for them) and none allocated (an allocated one is on its way)."""
+    if (pod.get("status") or {}).get("phase") == "Running":
+        return True
+    return bool(reason) and not allocated and all(pod_claim_names(pod).values())
 
 
 class DraTarget:
@@ -83,13 +100,12 @@ class DraTarget:
         deadline = time.monotonic() + self.timeout_s
         while True:
             self.cluster.check_running()
-            ((stored, reason, allocated),) = await pods_and_reasons(self.admin, {key})
+            ((stored, reason, allocated),) = await pods_and_reasons(
+                self.admin, {key}, controller_allocated=self.cluster.controller is not None
+            )
             prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
             failed = any(record is not None and record.error for record in prepared)
-            # Until its template's claims exist, a pod's reason is only that it waits for them.
-            claims_made = all(pod_claim_names(stored).values())
-            settled = claims_made and _settled(stored, reason, allocated)
-            if failed or settled or time.monotonic() >= deadline:
+            if failed or _settled(stored, reason, allocated) or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(SETTLE_POLL_S)
         # Only the pod's node holds its CDI specs (reading every node's: 1,000 directories).
@@ -102,7 +118,7 @@ class DraTarget:
 
 
 async def pods_and_reasons(
-    client: KubeClient, names: set[tuple[str, str]]
+    client: KubeClient, names: set[tuple[str, str]], *, controller_allocated: bool = True
 ) -> list[tuple[dict[str, Any], str, bool]]:
     """Each pod, why it waits (if it does), and whether any of its claims is allocated."""
     pods = (await client.list("/api/v1/pods")).get("items") or []
@@ -120,7 +136,8 @@ async def pods_and_reasons(
             continue
         claim_names = [c for c in pod_claim_names(pod).values() if c]
         any_allocated = any((namespace, name) in allocated for name in claim_names)
-        view.append((pod, _reason(pod, claim_names, events), any_allocated))
+        reason = _reason(pod, claim_names, events, controller_allocated=controller_allocated)
+        view.append((pod, reason, any_allocated))
     return view
 
 
@@ -132,7 +149,11 @@ async def wait_settled(
     deadline = time.monotonic() + timeout_s
     while True:
         cluster.check_running()
-        view = await run_as(ADMIN_WATCHING, pods_and_reasons(cluster.client, names))
+        controller_allocated = cluster.controller is not None
+        view = await run_as(
+            ADMIN_WATCHING,
+            pods_and_reasons(cluster.client, names, controller_allocated=controller_allocated),
+        )
         settled = sum(_settled(*entry) for entry in view)
         on_progress(settled, len(names))
         if settled == len(names) or time.monotonic() >= deadline:

@@ -12,7 +12,9 @@ DynamicResources' check of the allocated claims, so when the pod fits nowhere fo
 reasons the claim stays allocated and unreserved; a node that passes them but that
 an allocated claim cannot reach marks the claim unavailable, and PostFilter then
 clears ONE unavailable claim reserved by nobody or only by this pod. Either way the
-pod gets PodScheduled=False.
+pod gets PodScheduled=False. A pod whose claim does not exist yet (a template's claim
+kube-controller-manager has not made) is kept out of the queue as DynamicResources'
+PreEnqueue keeps it: nothing is tried or written until its claim or the pod changes.
 
 By default it never allocates claims itself (the controller-allocated mode: an
 unallocated claim leaves the pod pending). With `SchedulerSettings(allocate=True)` it
@@ -74,6 +76,9 @@ log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "default-scheduler"
 CANNOT_ALLOCATE = "cannot allocate all claims"
+PRE_ENQUEUE = "PreEnqueue"
+"""The outcome's reason for a pod DynamicResources' PreEnqueue kept out of the queue
+(kube-scheduler writes no condition for it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,17 @@ class _Rejection:
     deallocate: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class _Gated:
+    """DynamicResources' PreEnqueue refused the pod (a claim not created yet): the pod is
+    not tried and nothing is written; it waits for its claim or pod to change."""
+
+    message: str
+
+
+_Decision = _Placement | _Rejection | _Gated
+
+
 @dataclass
 class _RunState:
     """What `run` shares with the tasks carrying out its cycles."""
@@ -190,7 +206,7 @@ class DRAScheduler:
                     continue
                 await state.slots.acquire()
                 decision = self._cycle(cache, pod)
-                if isinstance(decision, _Rejection):
+                if not isinstance(decision, _Placement):
                     cache.parked.add(key)
                 else:
                     cache.assume(key, decision.node, decision.assumed_claims())
@@ -218,9 +234,7 @@ class DRAScheduler:
             watched["classes"] = self.api.resource.list_device_class
         return watched
 
-    async def _finish(
-        self, state: _RunState, pod: dict[str, Any], decision: _Placement | _Rejection
-    ) -> None:
+    async def _finish(self, state: _RunState, pod: dict[str, Any], decision: _Decision) -> None:
         """A cycle's writes, then the pod's place in the queue."""
         key = key_of(pod)
         try:
@@ -262,8 +276,10 @@ class DRAScheduler:
         return await self._carry_out(cache, pod, decision)
 
     async def _carry_out(
-        self, cache: SchedulerCache, pod: dict[str, Any], decision: _Placement | _Rejection
+        self, cache: SchedulerCache, pod: dict[str, Any], decision: _Decision
     ) -> SchedulingOutcome:
+        if isinstance(decision, _Gated):
+            return SchedulingOutcome(None, PRE_ENQUEUE, decision.message)
         if isinstance(decision, _Rejection):
             if decision.deallocate is not None:
                 await self._post_filter_write(decision.deallocate)
@@ -305,16 +321,15 @@ class DRAScheduler:
 
     # ---- one scheduling cycle (no I/O) -------------------------------------------
 
-    def _cycle(self, cache: SchedulerCache, pod: dict[str, Any]) -> _Placement | _Rejection:
+    def _cycle(self, cache: SchedulerCache, pod: dict[str, Any]) -> _Decision:
         namespace = pod["metadata"]["namespace"]
         claims = []
         for claim_name in pod_claim_names(pod).values():
             if claim_name is None:
-                return _Rejection("SchedulerError", "waiting for resource claim")
+                return _Gated("waiting for resource claim")
             claim = cache.claim(namespace, claim_name)
             if claim is None:
-                message = f'resourceclaims.resource.k8s.io "{claim_name}" not found'
-                return _Rejection("SchedulerError", message)
+                return _Gated(f'resourceclaim "{claim_name}" not found')
             claims.append(claim)
         unallocated = [
             i for i, c in enumerate(claims) if not (c.get("status") or {}).get("allocation")
