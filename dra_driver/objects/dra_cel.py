@@ -148,13 +148,7 @@ class Quantity:
 
     @classmethod
     def parse(cls, text: str) -> Quantity:
-        return _parsed_quantity(text)
-
-
-@lru_cache(maxsize=4096)
-def _parsed_quantity(text: str) -> Quantity:
-    """Every device of a slice publishes the same few capacities: parse each text once."""
-    return Quantity(parse_quantity(text))
+        return Quantity(parse_quantity(text))
 
 
 # ---- the functions selectors may call ------------------------------------------------

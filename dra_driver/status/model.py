@@ -164,15 +164,8 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _quantity_bytes(raw: Any) -> int:
-    return _parsed_quantity(str(raw))
-
-
-@functools.lru_cache(maxsize=4096)
-def _parsed_quantity(text: str) -> int:
-    """Cached: a cluster's shares and cards repeat a few quantities (`80Gi`, `30`) thousands
-    of times, and parsing one is the costliest step of reading a share."""
     try:
-        return to_bytes_ceil(text)
+        return to_bytes_ceil(str(raw))
     except QuantityError:
         return 0
 
