@@ -170,6 +170,7 @@ class AllocationWriter:
         finally:
             for claim, _ in writes:
                 self.view.pending.pop(object_key(claim), None)
+            self.view.touch()
             self.queue.finish(key)
             if len(written) < len(writes):
                 self.view.mark_usage_stale()

@@ -38,7 +38,6 @@ from controller.inventory import (
     PublishedDevice,
     build_inventory,
     quota_ledger,
-    usage_by_node,
 )
 from controller.mixed_usage import LegacyHold, add_holds, legacy_backends, legacy_hold
 from controller.node_filter import NodeFilter
@@ -48,9 +47,11 @@ from controller.object_state import (
     is_pending,
     is_terminal,
     reservations_of,
+    without_managed_fields,
 )
 from controller.requests import RequestContext
 from controller.settings import ControllerSettings
+from controller.usage_sync import ClaimUsageMemo, sync_engine
 from controller.uuid_reports import report_duplicate_uuids
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.vendors import VendorRegistry
@@ -128,7 +129,13 @@ class ClusterView:
         self.recorder = recorder
 
         def informer(path: str, **selectors: str) -> Informer:
-            return Informer(client, path, settings=settings.informer, **selectors)
+            return Informer(
+                client,
+                path,
+                settings=settings.informer,
+                transform=without_managed_fields,
+                **selectors,
+            )
 
         self.slices = informer(SLICES, field_selector=f"spec.driver={settings.driver}")
         self.claims = informer(CLAIMS)
@@ -141,6 +148,11 @@ class ClusterView:
         self.selectors = SelectorCache()
         self.inventory = Inventory()
         self.engine = Engine([])
+        self._engine_inventory: Inventory | None = None
+        self._claim_usage = ClaimUsageMemo()
+        self.changes = 0
+        """Counts what may change what the view shows (every watched event, every write
+        started or finished, every engine refresh): equal counts, the same view."""
         self.pending: dict[str, dict[str, Any]] = {}
         """Claim key -> the allocation being written for it (charged to the engine)."""
         self._cel_devices: dict[tuple[str, int, str], CelDevice] = {}
@@ -176,6 +188,15 @@ class ClusterView:
         )
         for informer, handler in routes:
             informer.handlers.insert(0, handler)
+            informer.handlers.append(self._counted)
+
+    def touch(self) -> None:
+        """Something the view shows changed outside a watched event (a decision charged,
+        a write started or finished, the engine rebuilt)."""
+        self.changes += 1
+
+    def _counted(self, kind: str, obj: dict[str, Any]) -> None:
+        self.changes += 1
 
     # ---- what changed ---------------------------------------------------------------
 
@@ -291,6 +312,7 @@ class ClusterView:
         self._signatures[key] = self.usage_signature(stored)
         self._remember(stored)
         self.pending.pop(key, None)
+        self.touch()
 
     def adopt_cleared(self, stored: dict[str, Any]) -> None:
         """An allocation we took back: the view shows it cleared, its capacity is free."""
@@ -299,6 +321,7 @@ class ClusterView:
         self._signatures[key] = self.usage_signature(stored)
         self._remember(stored)
         self._usage_stale = True
+        self.touch()
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -424,14 +447,23 @@ class ClusterView:
         if not self._usage_stale:
             return
         claims = self.effective_claims()
-        self.engine = Engine(
-            self.inventory.nodes.values(),
-            add_holds(usage_by_node(claims, self.inventory), self.legacy_holds.values()),
-            settings=EngineSettings(self.settings.gpu_policy, self.settings.node_policy),
-            vendors=self.vendors,
-            quota=quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors),
+        usage = add_holds(
+            self._claim_usage.usage_by_node(claims, self.inventory), self.legacy_holds.values()
         )
+        quota = quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors)
+        if self._engine_inventory is self.inventory:
+            sync_engine(self.engine, self.inventory, usage, quota)
+        else:
+            self.engine = Engine(
+                self.inventory.nodes.values(),
+                usage,
+                settings=EngineSettings(self.settings.gpu_policy, self.settings.node_policy),
+                vendors=self.vendors,
+                quota=quota,
+            )
+            self._engine_inventory = self.inventory
         self._usage_stale = False
+        self.touch()
 
     def _is_own_echo(self, key: str, claim: Mapping[str, Any]) -> bool:
         """The watch shows an allocation this process is writing (before its response):

@@ -56,7 +56,7 @@ from controller.pod_placements import PodPlacements
 from controller.requests import pod_variants
 from controller.settings import ControllerSettings
 from controller.sweeper import Sweeper
-from controller.view_snapshot import build_view_snapshot
+from controller.view_snapshot import SnapshotBuilder
 from controller.work_queue import STANDALONE, WorkQueue
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
@@ -90,6 +90,7 @@ class Controller:
         *,
         vendors: VendorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        after_sync: Callable[[], None] | None = None,
     ) -> None:
         # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
         client = client.for_component("controller")
@@ -99,6 +100,8 @@ class Controller:
         self.recorder = recorder
         self.vendors = vendors or dra_vendor_registry()
         self.clock = clock
+        self.after_sync = after_sync
+        """Called once the informers listed everything, before the first decision."""
         self.ready = asyncio.Event()
         self.view = ClusterView(client, settings, self.vendors, recorder)
         self.queue = WorkQueue(clock, settings.retry_initial_s, settings.retry_max_s)
@@ -138,6 +141,8 @@ class Controller:
         )
         self._snapshot = ViewSnapshot()
         self._snapshot_at = float("-inf")
+        self._snapshots = SnapshotBuilder()
+        self._snapshot_changes = -1
 
     async def run(self) -> None:
         """Start from a fresh list of everything, then allocate until cancelled."""
@@ -154,6 +159,8 @@ class Controller:
                 for claim_key in self.view.claims.store:
                     if not self.view.pods_referring(claim_key):
                         self.queue.enqueue(STANDALONE + claim_key)
+            if self.after_sync is not None:
+                self.after_sync()
             self.ready.set()
             await self._loop()
         finally:
@@ -162,9 +169,13 @@ class Controller:
 
     def publish_view(self) -> None:
         """Refresh what /metrics shows (done every second; scrapes read this copy, from
-        their own thread, so they never walk the live view)."""
+        their own thread, so they never walk the live view). Built again only when the
+        view changed since: walking every claim cost ~160 ms at 10,000 claims."""
         self._snapshot_at = self.clock()
-        self._snapshot = build_view_snapshot(self.view)
+        if self.view.changes == self._snapshot_changes:
+            return
+        self._snapshot_changes = self.view.changes
+        self._snapshot = self._snapshots.build(self.view)
 
     async def _loop(self) -> None:
         while True:
@@ -329,6 +340,7 @@ class Controller:
     ) -> None:
         """Charge the engine, mark the allocations pending in the view, start the writes."""
         self.view.engine.commit(chosen.variant.request, chosen.placement)
+        self.view.touch()
         self.queue.settle(key)
         now = api_time()
         writes = []

@@ -9,8 +9,9 @@ and the legacy extender are fed straight from it.
 
 The public surface is small on purpose: `run()` (a task), `synced`, `store`
 (key -> object, read-only for callers), `get(key)`, `wait_for(predicate)` and
-the handlers. Writes a component makes itself and must see before the watch
-delivers them go through `dra_driver.kube.assume.AssumeCache`.
+the handlers; an optional `transform` says what of each object is kept.
+Writes a component makes itself and must see before the watch delivers them
+go through `dra_driver.kube.assume.AssumeCache`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from dra_driver.kube.rest import GoneError, KubeClient
 log = logging.getLogger(__name__)
 
 Handler = Callable[[str, dict[str, Any]], None]
+Transform = Callable[[dict[str, Any]], dict[str, Any]]
+"""What a component keeps of each listed or watched object, before it is stored and
+handed to the handlers (e.g. without fields it never reads, to save memory)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +66,10 @@ class Informer:
         field_selector: str | None = None,
         label_selector: str | None = None,
         settings: InformerSettings | None = None,
+        transform: Transform | None = None,
     ) -> None:
         self.client = client
+        self.transform = transform
         self.path = path
         self.handlers = list(handlers or [])
         self.field_selector = field_selector
@@ -104,7 +110,10 @@ class Informer:
         listing = await self.client.list(
             self.path, field_selector=self.field_selector, label_selector=self.label_selector
         )
-        fresh = {object_key(item): item for item in listing.get("items") or []}
+        items = listing.get("items") or []
+        if self.transform is not None:
+            items = [self.transform(item) for item in items]
+        fresh = {object_key(item): item for item in items}
         for key, old in list(self.store.items()):
             if key not in fresh:
                 await self._apply("DELETED", old)
@@ -133,7 +142,7 @@ class Informer:
                 raise _watch_error(obj)
             version = _version(obj)
             if kind in ("ADDED", "MODIFIED", "DELETED"):
-                await self._apply(kind, obj)
+                await self._apply(kind, obj if self.transform is None else self.transform(obj))
             if version:
                 self.resource_version = version
 
