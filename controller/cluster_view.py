@@ -44,10 +44,10 @@ from controller.node_filter import NodeFilter
 from controller.object_state import (
     allocated_node,
     allocation_of,
+    compact_object,
     is_pending,
     is_terminal,
     reservations_of,
-    without_managed_fields,
 )
 from controller.requests import RequestContext
 from controller.settings import ControllerSettings
@@ -133,7 +133,7 @@ class ClusterView:
                 client,
                 path,
                 settings=settings.informer,
-                transform=without_managed_fields,
+                transform=compact_object,
                 **selectors,
             )
 
