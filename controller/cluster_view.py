@@ -6,7 +6,10 @@ until the write returns), so the next pod is decided without waiting for any
 write. From it the inventory (slices) and the engine (inventory minus the
 usage of claims that still hold capacity, with the quota ledger) are rebuilt
 lazily, only after what they depend on changed; a reservation added by
-kube-scheduler changes nothing (see `usage_signature`).
+kube-scheduler changes nothing (see `usage_signature`). After a usage change
+alone the engine is brought in line in place (controller/usage_sync.py). The
+informers keep each object compact (`compact_object`), and `changes` counts
+what may change the view, so the metrics snapshot is built only after one.
 
 A claim of ours deleted while a pod bound to its node still reserves it keeps
 its capacity charged (`_retained`) until every such pod ended or is gone: the
