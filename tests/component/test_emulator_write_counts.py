@@ -1,5 +1,9 @@
 """The emulator's per-server write counts (server.audit): by client, resource and
-subresource, refusals counted apart, reads not counted, and a reset."""
+subresource, refusals counted apart, reads not counted, and a reset.
+
+The clients here send other user agents than the driver's components
+(`vgpu-dra-driver/<component>`): the RBAC audit reads every such request as that
+component's, and these writes are no component's."""
 
 from __future__ import annotations
 
@@ -18,7 +22,11 @@ POD = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image":
 async def test_writes_are_counted_per_client_and_subresource(tmp_path: Path) -> None:
     async with APIServer() as server:
         shared = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kc"))
-        controller = shared.for_component("controller")
+        controller = KubeClient(
+            shared.api_client,
+            user_agent="kube-controller-manager/v1.36.2 (linux/amd64) simulator",
+            owns_session=False,
+        )
         scheduler = KubeClient(
             shared.api_client,
             user_agent="kube-scheduler/v1.36.2 (linux/amd64) simulator",
@@ -35,10 +43,10 @@ async def test_writes_are_counted_per_client_and_subresource(tmp_path: Path) -> 
             await scheduler.create(f"{object_path(PODS, 'p')}/binding", binding)
             await controller.delete(object_path(PODS, "p"))
             assert server.audit.write_counts() == {
-                "vgpu-dra-driver/controller": {"pods": 3, "pods/status": 1},
+                "kube-controller-manager": {"pods": 3, "pods/status": 1},
                 "kube-scheduler": {"pods/binding": 1},
             }
-            assert server.audit.refused_counts() == {"vgpu-dra-driver/controller": {"pods": 1}}
+            assert server.audit.refused_counts() == {"kube-controller-manager": {"pods": 1}}
             server.audit.reset()
             assert server.audit.write_counts() == {}
             assert server.audit.refused_counts() == {}
@@ -53,10 +61,11 @@ async def test_each_server_counts_only_its_own_writes(tmp_path: Path) -> None:
     async with APIServer() as first, APIServer() as second:
         client = await KubeClient.from_kubeconfig(first.write_kubeconfig(tmp_path / "kc"))
         try:
-            await client.for_component("probe").create(PODS, POD)
+            probe = KubeClient(client.api_client, user_agent="probe/1.0", owns_session=False)
+            await probe.create(PODS, POD)
         finally:
             await client.aclose()
-        assert first.audit.write_counts() == {"vgpu-dra-driver/probe": {"pods": 1}}
+        assert first.audit.write_counts() == {"probe": {"pods": 1}}
         assert second.audit.write_counts() == {}
 
 
