@@ -39,6 +39,7 @@ from .controllers import Controllers
 from .conversion import PRESENTERS
 from .errors import ApiError, bad_request, method_not_allowed
 from .faults import FaultInjector
+from .list_encoding import ListEncoder, dumps
 from .listing import too_large
 from .registry import Registry, ResourceType
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
@@ -66,13 +67,9 @@ _CREATED = {
 }
 
 
-def _dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
 def _json_response(obj: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
     headers = CIMultiDict(("Warning", w) for w in warnings) if warnings else None
-    return web.Response(body=_dumps(obj), status=status, content_type=_JSON, headers=headers)
+    return web.Response(body=dumps(obj), status=status, content_type=_JSON, headers=headers)
 
 
 def _error_response(error: ApiError) -> web.Response:
@@ -80,7 +77,7 @@ def _error_response(error: ApiError) -> web.Response:
     if error.retry_after:
         headers["Retry-After"] = str(error.retry_after)
     return web.Response(
-        body=_dumps(error.status()), status=error.code, content_type=_JSON, headers=headers
+        body=dumps(error.status()), status=error.code, content_type=_JSON, headers=headers
     )
 
 
@@ -121,6 +118,7 @@ class APIServer:
         self.faults = FaultInjector()
         self.tokens = Tokens()
         self.audit = WriteAudit()
+        self.lists = ListEncoder()
         self._storage: Storage | None = None
         self._cluster: Cluster | None = None
         self._controllers: Controllers | None = None
@@ -375,18 +373,18 @@ class APIServer:
                 limit = int(query.get("limit") or 0)
             except ValueError as error:
                 raise bad_request(f"invalid limit: {query.get('limit')}") from error
-            return _json_response(
-                self.cluster.list(
-                    resource,
-                    namespace,
-                    labels,
-                    fields,
-                    limit,
-                    query.get("continue", ""),
-                    query.get("resourceVersion", ""),
-                    query.get("resourceVersionMatch", ""),
-                )
+            page = self.cluster.list(
+                resource,
+                namespace,
+                labels,
+                fields,
+                limit,
+                query.get("continue", ""),
+                query.get("resourceVersion", ""),
+                query.get("resourceVersionMatch", ""),
             )
+            body = self.lists.encode(resource.key, page)
+            return web.Response(body=body, content_type=_JSON)
         if method == "POST":
             if resource.namespaced and namespace is None:
                 raise method_not_allowed(method)
@@ -524,18 +522,18 @@ class APIServer:
                         watcher.pending.append(line)
             else:
                 for obj in self.cluster.list(resource, namespace, labels, fields)["items"]:
-                    watcher.pending.append(_dumps({"type": "ADDED", "object": obj}) + b"\n")
+                    watcher.pending.append(dumps({"type": "ADDED", "object": obj}) + b"\n")
             if initial_events and bookmarks:
                 end = _bookmark(resource, storage.rv)
                 end["metadata"]["annotations"] = {"k8s.io/initial-events-end": "true"}
-                watcher.pending.append(_dumps({"type": "BOOKMARK", "object": end}) + b"\n")
+                watcher.pending.append(dumps({"type": "BOOKMARK", "object": end}) + b"\n")
             bucket.watchers.add(watcher)
         response = web.StreamResponse(headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         await response.prepare(request)
         if expired:
             status = ApiError(410, f"too old resource version: {since} ({bucket.floor})").status()
-            await response.write(_dumps({"type": "ERROR", "object": status}) + b"\n")
+            await response.write(dumps({"type": "ERROR", "object": status}) + b"\n")
             return response
         start_rv = since if since and not initial_events else storage.rv
         try:
@@ -583,7 +581,7 @@ class APIServer:
                 # resuming from this version loses nothing.
                 if bucket.history and bucket.history[-1].rv > start_rv:
                     mark = _bookmark(watcher.resource, storage.rv)
-                    await response.write(_dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
+                    await response.write(dumps({"type": "BOOKMARK", "object": mark}) + b"\n")
                 next_bookmark = self._next_bookmark(loop.time(), deadline)
                 continue
             watcher.ready.clear()
