@@ -121,19 +121,12 @@ class Inventory:
 
 
 @lru_cache(maxsize=4096)
-def quantity(text: str) -> Decimal:
-    """parse_quantity once per distinct text: every claim's results repeat the same few
-    amounts, and rebuilding the engine's usage and the metrics snapshot reads them all."""
-    return parse_quantity(text)
-
-
-@lru_cache(maxsize=4096)
 def _mib_ceil(value: Decimal) -> int:
     return to_mib_ceil(value)
 
 
 def capacity_value(entry: Mapping[str, Any]) -> Decimal:
-    return quantity(str(entry["value"]))
+    return parse_quantity(str(entry["value"]))
 
 
 def engine_device(device: PublishedDevice, ignored_taints: frozenset[str]) -> Device:
@@ -254,7 +247,7 @@ def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUs
     amounts: dict[str, Decimal] = {}
     for name, amount in consumed.items():
         try:
-            amounts[name.removeprefix(f"{device.driver}/")] = quantity(str(amount))
+            amounts[name.removeprefix(f"{device.driver}/")] = parse_quantity(str(amount))
         except QuantityError:
             continue
     try:

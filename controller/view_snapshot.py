@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.quantity import QuantityError
+from api.quantity import QuantityError, parse_quantity
 from controller.cluster_view import ClusterView
-from controller.inventory import Inventory, quantity, quota_ledger
+from controller.inventory import Inventory, quota_ledger
 from controller.metrics import QuotaRecord, ShareRecord, ViewSnapshot
 from controller.object_state import allocation_of, reservations_of
 from dra_driver.engine.model import DeviceUsage
@@ -115,6 +115,6 @@ def _quota_records(view: ClusterView, claims: list[dict[str, Any]]) -> tuple[Quo
 def _whole(amount: Any) -> int:
     """A consumed capacity as a whole number (bytes, cores); 0 when absent or unreadable."""
     try:
-        return int(quantity(str(amount))) if amount is not None else 0
+        return int(parse_quantity(str(amount))) if amount is not None else 0
     except QuantityError:
         return 0
