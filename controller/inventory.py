@@ -15,7 +15,7 @@ are listed in `duplicate_uuids` for the caller to report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
@@ -262,9 +262,7 @@ def result_usage(result: Mapping[str, Any], device: PublishedDevice) -> DeviceUs
     )
 
 
-def claim_usage(
-    claim: Mapping[str, Any], inventory: Inventory
-) -> list[tuple[PublishedDevice, DeviceUsage]]:
+def claim_usage(claim: Mapping[str, Any], inventory: Inventory) -> ClaimUsage:
     """Every result of the claim's allocation that names a device in the inventory."""
     allocation = (claim.get("status") or {}).get("allocation") or {}
     found = []
@@ -277,14 +275,23 @@ def claim_usage(
     return found
 
 
+ClaimUsage = list[tuple[PublishedDevice, DeviceUsage]]
+"""What one claim's allocation holds, per device."""
+
+
 def usage_by_node(
-    claims: Sequence[Mapping[str, Any]], inventory: Inventory
+    claims: Iterable[Mapping[str, Any]],
+    inventory: Inventory,
+    usage_of: Callable[[Mapping[str, Any], Inventory], ClaimUsage] | None = None,
 ) -> dict[str, dict[str, DeviceUsage]]:
     """Per node, per device uuid: the sum over every allocated claim (two devices with
-    one uuid on one node are one engine device, so their shares add up there)."""
+    one uuid on one node are one engine device, so their shares add up there).
+    `usage_of` reads one claim's usage (default `claim_usage`; the view's memo reuses
+    what it read before)."""
+    read = usage_of or claim_usage
     usage: dict[str, dict[str, DeviceUsage]] = {}
     for claim in claims:
-        for device, amount in claim_usage(claim, inventory):
+        for device, amount in read(claim, inventory):
             on_node = usage.setdefault(device.node, {})
             on_node[device.uuid] = on_node.get(device.uuid, DeviceUsage()).plus(amount)
     return usage

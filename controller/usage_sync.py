@@ -19,14 +19,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from controller.inventory import Inventory, PublishedDevice, claim_usage
+from controller.inventory import ClaimUsage, Inventory, claim_usage, usage_by_node
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.fit import Slot
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.kube.informer import object_key
-
-ClaimUsage = list[tuple[PublishedDevice, DeviceUsage]]
 
 
 class ClaimUsageMemo:
@@ -39,10 +37,10 @@ class ClaimUsageMemo:
     def usage_by_node(
         self, claims: Iterable[dict[str, Any]], inventory: Inventory
     ) -> dict[str, dict[str, DeviceUsage]]:
-        """As `controller.inventory.usage_by_node`, summed in the same order."""
-        usage: dict[str, dict[str, DeviceUsage]] = {}
+        """`controller.inventory.usage_by_node`, each claim's usage read from the memo."""
         kept: dict[str, tuple[Mapping[str, Any], Inventory, ClaimUsage]] = {}
-        for claim in claims:
+
+        def remembered(claim: Mapping[str, Any], inventory: Inventory) -> ClaimUsage:
             key = object_key(claim)
             cached = self._memo.get(key)
             if cached is not None and cached[0] is claim and cached[1] is inventory:
@@ -50,9 +48,9 @@ class ClaimUsageMemo:
             else:
                 found = claim_usage(claim, inventory)
             kept[key] = (claim, inventory, found)
-            for device, amount in found:
-                on_node = usage.setdefault(device.node, {})
-                on_node[device.uuid] = on_node.get(device.uuid, DeviceUsage()).plus(amount)
+            return found
+
+        usage = usage_by_node(claims, inventory, remembered)
         self._memo = kept
         return usage
 
