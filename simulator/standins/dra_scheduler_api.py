@@ -45,6 +45,11 @@ def api_message(error: ApiException) -> str:
         return str(error.body or error.reason)
 
 
+def pod_reference(pod: dict[str, Any]) -> dict[str, Any]:
+    """The `reservedFor` entry naming the pod, as PreBind writes it."""
+    return {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
+
+
 class SchedulerAPI:
     """The core and resource.k8s.io clients of one stand-in, with its reads and writes."""
 
@@ -91,11 +96,9 @@ class SchedulerAPI:
                 {"metadata": {"resourceVersion": version, "finalizers": [DELETE_PROTECTION]}},
             )
             version = protected["metadata"]["resourceVersion"]
-        reservation = {"resource": "pods", "name": pod["metadata"]["name"]}
-        reservation["uid"] = pod["metadata"]["uid"]
         body = {
             "metadata": {"resourceVersion": version},
-            "status": {"allocation": allocation, "reservedFor": [reservation]},
+            "status": {"allocation": allocation, "reservedFor": [pod_reference(pod)]},
         }
         try:
             await self._call(
@@ -124,9 +127,7 @@ class SchedulerAPI:
         reserved = list(status.get("reservedFor") or [])
         if any(r.get("uid") == pod["metadata"]["uid"] for r in reserved):
             return
-        reserved.append(
-            {"resource": "pods", "name": pod["metadata"]["name"], "uid": pod["metadata"]["uid"]}
-        )
+        reserved.append(pod_reference(pod))
         allocation = {"allocationTimestamp": api_time(), **status["allocation"]}
         metadata = claim["metadata"]
         await self._call(
