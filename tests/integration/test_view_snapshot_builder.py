@@ -18,6 +18,20 @@ async def test_unchanged_claims_keep_their_records_and_changes_show(tmp_path: Pa
         async with controller(c.client) as running:
             view = running.view
             await c.wait_allocated("first-claim")
+            # The watch's copy of the allocated claim must be in the view before the first
+            # build: a later echo of the same write is a new object, rightly read afresh.
+            stored = await c.client.get(
+                f"/apis/resource.k8s.io/v1/namespaces/{NAMESPACE}/resourceclaims/first-claim"
+            )
+            version = stored["metadata"]["resourceVersion"]
+            await view.claims.wait_for(
+                lambda store: (
+                    (store.get(f"{NAMESPACE}/first-claim") or {})
+                    .get("metadata", {})
+                    .get("resourceVersion")
+                    == version
+                )
+            )
             builder = SnapshotBuilder()
             before = builder.build(view)
             assert [share.pod for share in before.shares] == ["first"]
