@@ -72,8 +72,6 @@ CLASSES = f"{RESOURCE_API}/deviceclasses"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUOTAS = "/api/v1/resourcequotas"
-DELETED_PODS_REMEMBERED = 100_000
-"""Uids of deleted pods kept to tell that a reservation is stale (oldest dropped first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +163,11 @@ class ClusterView:
         self._signatures: dict[str, Any] = {}
         self._claim_pods: dict[str, set[str]] = {}
         self._pod_claims: dict[str, set[str]] = {}
-        self._deleted_pods: dict[str, None] = {}
+        self._deleted_pods: dict[str, set[str]] = {}
+        """Deleted pods' uids, each with the keys of the claims whose reservedFor still
+        names it: kept only while one does, so the table empties with the claims."""
+        self._deleted_reservers: dict[str, set[str]] = {}
+        """The same pairs by claim key."""
         self._last_allocations: dict[str, LastAllocation] = {}
         self.clearing: set[str] = set()
         """Claim keys whose allocation this process is taking back (move, sweep, undo)."""
@@ -224,6 +226,7 @@ class ClusterView:
         if kind == "DELETED" and self._still_used(claim):
             self._retained[key] = dict(claim)
             self._usage_stale = True
+        self._forget_dropped_reservations(key, kind, claim)
         signature = None if kind == "DELETED" else self.usage_signature(claim)
         changed = not self._is_own_echo(key, claim) and signature != self._signatures.get(key)
         if changed:
@@ -247,14 +250,40 @@ class ClusterView:
         namespace = pod["metadata"].get("namespace")
         claims = {f"{namespace}/{name}" for name in pod_claim_names(pod).values() if name}
         if gone:
-            self._deleted_pods[pod["metadata"].get("uid", "")] = None
-            if len(self._deleted_pods) > DELETED_PODS_REMEMBERED:
-                del self._deleted_pods[next(iter(self._deleted_pods))]
+            self._remember_deleted(str(pod["metadata"].get("uid", "")), previous | claims)
         else:
             self._pod_claims[key] = claims
             for claim_key in claims:
                 self._claim_pods.setdefault(claim_key, set()).add(key)
         return previous | claims
+
+    def _remember_deleted(self, uid: str, claim_keys: set[str]) -> None:
+        """Keep a deleted pod's uid while a claim in the view still reserves it, so that
+        reservation reads as stale (a pod not in the store may also be one not seen yet)."""
+        reserving = set()
+        for claim_key in claim_keys:
+            claim = self.claim_view.get(claim_key) or self._retained.get(claim_key)
+            if claim is not None and any(r.get("uid") == uid for r in reservations_of(claim)):
+                reserving.add(claim_key)
+                self._deleted_reservers.setdefault(claim_key, set()).add(uid)
+        if reserving:
+            self._deleted_pods[uid] = reserving
+
+    def _forget_dropped_reservations(self, key: str, kind: str, claim: Mapping[str, Any]) -> None:
+        """Deleted pods this claim no longer reserves (or the claim is gone and not
+        retained) are forgotten once no other claim reserves them either."""
+        uids = self._deleted_reservers.pop(key, None)
+        if not uids:
+            return
+        source = self._retained.get(key) if kind == "DELETED" else claim
+        still = {str(r.get("uid", "")) for r in reservations_of(source or {})} & uids
+        if still:
+            self._deleted_reservers[key] = still
+        for uid in uids - still:
+            reservers = self._deleted_pods.get(uid, set())
+            reservers.discard(key)
+            if not reservers:
+                self._deleted_pods.pop(uid, None)
 
     def note_legacy_pod(self, key: str, pod: Mapping[str, Any], gone: bool) -> bool:
         """In mixed mode, track what the pod holds through HAMi's annotations; True if
@@ -415,6 +444,7 @@ class ClusterView:
                 claims.append(deleted)
             else:
                 del self._retained[key]
+                self._forget_dropped_reservations(key, "DELETED", deleted)
         return claims
 
     def request_context(self) -> RequestContext:

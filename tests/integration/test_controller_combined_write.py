@@ -242,6 +242,31 @@ async def test_a_deleted_pods_allocation_is_cleared_and_its_capacity_reused(
     assert results(after)[0]["device"] == "gpu-0" and bound == "node-a"
 
 
+async def test_a_deleted_pod_is_remembered_only_while_a_claim_still_reserves_it(
+    tmp_path: Path,
+) -> None:
+    """The controller keeps a deleted pod's uid to read its reservation as stale; once
+    kube-controller-manager drops the reservation there is nothing left to keep, so
+    rounds of pods come and go without the table growing."""
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 2)
+        async with controller(c.client) as running, scheduler(c, tmp_path):
+            for name in ("first", "second"):
+                await c.add_pod_with_claim(name, WHOLE)
+                await c.wait_bound(name)
+            await c.client.delete(f"{PODS}/first", grace_period_seconds=0)
+            await c.client.delete(f"{PODS}/second", grace_period_seconds=0)
+            await running.view.claims.wait_for(
+                lambda store: all(
+                    not (store[f"{NAMESPACE}/{name}-claim"].get("status") or {}).get("reservedFor")
+                    for name in ("first", "second")
+                )
+            )
+            remembered = dict(running.view._deleted_pods)
+    assert remembered == {}
+
+
 async def test_a_claim_deleted_while_its_pod_runs_keeps_its_capacity_until_it_ends(
     tmp_path: Path,
 ) -> None:

@@ -1,0 +1,59 @@
+"""glibc's mmap threshold, fixed by the controller at start: after a large block is
+freed, big blocks must still be mapped on their own rather than carved out of
+the heap. Each case runs in a fresh interpreter so the allocator starts as glibc sets it."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import subprocess
+import sys
+
+import pytest
+
+from dra_driver.process.allocator import MMAP_THRESHOLD_BYTES
+
+libc_name = ctypes.util.find_library("c")
+if libc_name is None or not hasattr(ctypes.CDLL(libc_name), "mallinfo2"):
+    pytest.skip("glibc with mallinfo2 (2.33 or newer) is needed", allow_module_level=True)
+
+PROBE = """
+import ctypes, ctypes.util, sys
+from dra_driver.process.allocator import fix_mmap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd",
+        "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.mallinfo2.restype = MallInfo2
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+libc.free(libc.malloc(8 << 20))
+before = libc.mallinfo2().hblks
+blocks = [libc.malloc(1 << 20) for _ in range(4)]
+print(libc.mallinfo2().hblks - before)
+for block in blocks:
+    libc.free(block)
+"""
+
+
+def mapped_blocks(mode: str) -> int:
+    """How many of four 1 MiB blocks, asked for after an 8 MiB one was freed, were mapped."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip())
+
+
+def test_glibcs_own_adjustment_moves_big_blocks_into_the_heap() -> None:
+    assert mapped_blocks("default") == 0
+
+
+def test_the_fixed_threshold_keeps_them_mapped() -> None:
+    assert MMAP_THRESHOLD_BYTES < 1 << 20
+    assert mapped_blocks("fixed") == 4
