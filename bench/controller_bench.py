@@ -27,6 +27,11 @@ precreated, each with a fresh controller process):
 - paced: `--paced-pods` pods offered at `--rate` pods/s, a rate the controller
   sustains, so creation -> allocation is latency without a backlog.
 
+This process runs `--bench-niceness` (10) levels below the controller once it leads
+(yield_cpu_to): the emulator and the stand-ins stand for machines of their own, and
+at equal priority on two cores their threads preempt the controller inside
+decisions, so the histogram's tail showed the sharing, not the code.
+
 Per mode at the end: peak RSS (VmHWM), RSS after freeing each round, and the goals
 (decision p99 <= 5 ms, peak RSS <= 400 MiB, no growth over the second round). Last,
 `--replay-pods` decisions replayed in this process and timed as CPU time
@@ -42,7 +47,7 @@ without a backlog.
 
     .venv/bin/python bench/controller_bench.py [--nodes 1000] [--gpus 8] [--pods 10000]
         [--claims both|templates|precreated] [--paced-pods 1000] [--rate 15]
-        [--replay-pods 10000]
+        [--replay-pods 10000] [--bench-niceness 10]
     .venv/bin/python bench/controller_bench.py --nodes 20 --pods 200 --paced-pods 100 \
         --replay-pods 200  # a quick check
 """
@@ -379,14 +384,35 @@ async def run_round(
     return RoundFigures(decisions, rss_freed)
 
 
+def yield_cpu_to(pid: int, step: int) -> tuple[int, int]:
+    """Put every thread of this process (emulator, stand-ins, client) `step` niceness
+    levels below the controller (at most 19); (controller's, this process's) niceness.
+
+    On a cluster the API server and kube-scheduler run elsewhere; here they share two
+    cores with the controller, and at equal priority their threads preempt it in the
+    middle of decisions: measured per decision, every decision over 5 ms had spent
+    over 3 ms of it off the CPU (CPU time p99 1.2 ms). Raising niceness needs no
+    privilege; a thread started later inherits it from the one that starts it.
+    """
+    controller = os.getpriority(os.PRIO_PROCESS, pid)
+    target = min(19, controller + step)
+    for tid in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpriority(os.PRIO_PROCESS, int(tid)) < target:
+                os.setpriority(os.PRIO_PROCESS, int(tid), target)
+    return controller, target
+
+
 async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Namespace) -> None:
     controller = ControllerProcess(kubeconfig)
     started = time.perf_counter()
     await controller.start(bench.client)
     rss, _ = memory_mib(controller.pid)
+    niceness = yield_cpu_to(controller.pid, args.bench_niceness)
     print(
         f"[{mode}] controller leading after {time.perf_counter() - started:.1f} s, "
-        f"RSS {rss:.0f} MiB"
+        f"RSS {rss:.0f} MiB; niceness: controller {niceness[0]}, emulator and stand-ins "
+        f"{niceness[1]}"
     )
     try:
         rounds = [
@@ -483,6 +509,12 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=15.0, help="paced pods offered per second")
     parser.add_argument(
         "--replay-pods", type=int, default=10000, help="decisions replayed in-process (0: none)"
+    )
+    parser.add_argument(
+        "--bench-niceness",
+        type=int,
+        default=10,
+        help="niceness levels this process runs below the controller (0: the same)",
     )
     args = parser.parse_args()
     asyncio.run(run(args))
