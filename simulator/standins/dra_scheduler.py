@@ -201,7 +201,7 @@ class DRAScheduler:
                 if key in state.in_flight:
                     state.woken.add(key)
                     continue
-                if pod is None or not cache.pending(pod):
+                if pod is None or not cache.pending(pod) or cache.assumed(key):
                     queue.done(key)
                     continue
                 await state.slots.acquire()

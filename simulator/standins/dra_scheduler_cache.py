@@ -96,6 +96,12 @@ class SchedulerCache:
             and not pod["metadata"].get("deletionTimestamp")
         )
 
+    def assumed(self, key: str) -> bool:
+        """Placed by this scheduler and not yet shown bound: its binding is written or
+        being written, so it is not scheduled again (kube-scheduler's skipPodSchedule)."""
+        pod = self.pods.get(key)
+        return key in self._pod_node and pod is not None and self.pending(pod)
+
     def pending_keys(self) -> list[str]:
         return [key for key, pod in self.pods.items() if self.pending(pod)]
 
