@@ -23,7 +23,8 @@ precreated, each with a fresh controller process):
   bench waits until the controller's view is empty (no claim left in the API, no
   share left on any device in the controller's HAMi gauges) and prints its RSS then.
   Round 2 repeats round 1 so that growth shows: the RSS after freeing round 2 against
-  round 1's (a leak would fill round 1's freed memory and lift round 2's peak).
+  round 1's (a leak would fill round 1's freed memory and lift round 2's peak);
+  `--rounds 3` and more show whether any growth goes on or settles.
 - paced: `--paced-pods` pods offered at `--rate` pods/s, a rate the controller
   sustains, so creation -> allocation is latency without a backlog.
 
@@ -46,7 +47,7 @@ allocation stayed at p50 17-25 ms, p99 122-206 ms, so the paced round shows late
 without a backlog.
 
     .venv/bin/python bench/controller_bench.py [--nodes 1000] [--gpus 8] [--pods 10000]
-        [--claims both|templates|precreated] [--paced-pods 1000] [--rate 15]
+        [--rounds 2] [--claims both|templates|precreated] [--paced-pods 1000] [--rate 15]
         [--replay-pods 10000] [--bench-niceness 10]
     .venv/bin/python bench/controller_bench.py --nodes 20 --pods 200 --paced-pods 100 \
         --replay-pods 200  # a quick check
@@ -57,6 +58,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import socket
 import sys
@@ -417,7 +419,7 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
     try:
         rounds = [
             await run_round(bench, controller, mode, f"{mode[:4]}-r{n}", args.pods, 0.0)
-            for n in (1, 2)
+            for n in range(1, args.rounds + 1)
         ]
         if args.paced_pods:
             await run_round(
@@ -428,7 +430,6 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
         await controller.stop()
     worst_p99 = max(interpolated_quantile(r.decisions, 0.99) for r in rounds)
     worst_share = min(share_at_most(r.decisions, DECISION_GOAL_S) for r in rounds)
-    growth = rounds[1].rss_after_free_mib - rounds[0].rss_after_free_mib
     print(f"[{mode}] summary:")
     print(
         f"  decision p99 (burst rounds, worst): ~{worst_p99 * 1000:.2f} ms, "
@@ -439,9 +440,15 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
         f"  controller peak RSS (VmHWM) {peak:.0f} MiB -> goal <= {PEAK_RSS_GOAL_MIB} MiB "
         f"{'met' if peak <= PEAK_RSS_GOAL_MIB else 'MISSED'}"
     )
+    freed = [r.rss_after_free_mib for r in rounds]
+    steps = ", ".join(
+        f"round {n + 2} {after - before:+.0f} MiB"
+        for n, (before, after) in enumerate(itertools.pairwise(freed))
+    )
     print(
-        f"  controller RSS after freeing round 1 {rounds[0].rss_after_free_mib:.0f} MiB, "
-        f"round 2 {rounds[1].rss_after_free_mib:.0f} MiB: growth {growth:+.0f} MiB"
+        "  controller RSS after freeing each round: "
+        + ", ".join(f"{mib:.0f}" for mib in freed)
+        + f" MiB; growth over {steps or 'no later round'}"
     )
 
 
@@ -504,6 +511,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", type=int, default=10000, help="pods per burst round")
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="burst rounds (a third shows where growth ends)"
+    )
     parser.add_argument("--claims", choices=("both", "templates", "precreated"), default="both")
     parser.add_argument("--paced-pods", type=int, default=1000, help="0: no paced round")
     parser.add_argument("--rate", type=float, default=15.0, help="paced pods offered per second")
