@@ -226,7 +226,9 @@ class ClusterView:
         if kind == "DELETED" and self._still_used(claim):
             self._retained[key] = dict(claim)
             self._usage_stale = True
-        self._forget_dropped_reservations(key, kind, claim)
+        self._forget_dropped_reservations(
+            key, self._retained.get(key) if kind == "DELETED" else claim
+        )
         signature = None if kind == "DELETED" else self.usage_signature(claim)
         changed = not self._is_own_echo(key, claim) and signature != self._signatures.get(key)
         if changed:
@@ -269,14 +271,13 @@ class ClusterView:
         if reserving:
             self._deleted_pods[uid] = reserving
 
-    def _forget_dropped_reservations(self, key: str, kind: str, claim: Mapping[str, Any]) -> None:
-        """Deleted pods this claim no longer reserves (or the claim is gone and not
-        retained) are forgotten once no other claim reserves them either."""
+    def _forget_dropped_reservations(self, key: str, claim: Mapping[str, Any] | None) -> None:
+        """Deleted pods the claim's version that still counts (None: gone, not retained)
+        no longer reserves are forgotten once no other claim reserves them either."""
         uids = self._deleted_reservers.pop(key, None)
         if not uids:
             return
-        source = self._retained.get(key) if kind == "DELETED" else claim
-        still = {str(r.get("uid", "")) for r in reservations_of(source or {})} & uids
+        still = {str(r.get("uid", "")) for r in reservations_of(claim or {})} & uids
         if still:
             self._deleted_reservers[key] = still
         for uid in uids - still:
@@ -444,7 +445,7 @@ class ClusterView:
                 claims.append(deleted)
             else:
                 del self._retained[key]
-                self._forget_dropped_reservations(key, "DELETED", deleted)
+                self._forget_dropped_reservations(key, None)
         return claims
 
     def request_context(self) -> RequestContext:

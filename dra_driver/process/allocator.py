@@ -8,9 +8,9 @@ objects the informers keep, and leave holes no later request fits: at 1,000 node
 the controller's heap grew from 53 to 103 MiB over a second 10,000-pod round while
 under 30 MiB of it was in use. A fixed threshold turns that adjustment off, so
 large blocks keep coming from mmap and go back to the system when freed; with it
-the heap stayed at 17 MiB (16 MiB in use) and the controller's memory flat.
+the heap stayed at 17-20 MiB (16 MiB in use) over both rounds.
 
-Other C libraries (musl, macOS) have no such adjustment; nothing is changed there.
+Under another C library (musl, macOS) nothing is changed.
 """
 
 from __future__ import annotations
