@@ -86,6 +86,7 @@ from controller_bench_cluster import (
     memory_mib,
     percentile,
     pod_body,
+    series_count,
     share_at_most,
     template_name,
     write_lines,
@@ -316,6 +317,19 @@ async def wait_until_freed(bench: Bench, controller: ControllerProcess) -> float
             await asyncio.sleep(1.0)
 
 
+async def wait_until_settled(controller: ControllerProcess, devices: int) -> float:
+    """Until the controller's /metrics shows every device of the cluster (its inventory
+    is built from all the slices); seconds. A round that started before would share
+    the controller with its start-up work: the rate would be lower and the objects
+    built at start-up would lie among the round's, in memory the round then frees."""
+    started = time.perf_counter()
+    async with asyncio.timeout(LEADER_TIMEOUT_S):
+        while True:
+            if series_count(await controller.metrics(), "hami_gpu_shared_count") >= devices:
+                return time.perf_counter() - started
+            await asyncio.sleep(1.0)
+
+
 async def run_round(
     bench: Bench,
     controller: ControllerProcess,
@@ -409,12 +423,14 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
     controller = ControllerProcess(kubeconfig)
     started = time.perf_counter()
     await controller.start(bench.client)
+    leading_s = time.perf_counter() - started
+    settled_s = await wait_until_settled(controller, args.nodes * args.gpus)
     rss, _ = memory_mib(controller.pid)
     niceness = yield_cpu_to(controller.pid, args.bench_niceness)
     print(
-        f"[{mode}] controller leading after {time.perf_counter() - started:.1f} s, "
-        f"RSS {rss:.0f} MiB; niceness: controller {niceness[0]}, emulator and stand-ins "
-        f"{niceness[1]}"
+        f"[{mode}] controller leading after {leading_s:.1f} s, all {args.nodes * args.gpus} "
+        f"devices in its view {settled_s:.1f} s later, RSS {rss:.0f} MiB; niceness: "
+        f"controller {niceness[0]}, emulator and stand-ins {niceness[1]}"
     )
     try:
         rounds = [

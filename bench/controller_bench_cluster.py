@@ -168,6 +168,12 @@ def gauge_sum(text: str, name: str) -> float:
     )
 
 
+def series_count(text: str, name: str) -> int:
+    """How many label sets a metric has."""
+    prefix = f"{name}{{"
+    return sum(1 for line in text.splitlines() if line.startswith(prefix))
+
+
 def counter_value(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(f"{name}_total") or line.startswith(f"{name} "):

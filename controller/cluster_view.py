@@ -32,6 +32,7 @@ event handlers feed it (`subscribe`) and say what a change means for work.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -58,6 +59,7 @@ from controller.usage_sync import ClaimUsageMemo, sync_engine
 from controller.uuid_reports import report_duplicate_uuids
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.assume import AssumeCache
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Handler, Informer, object_key
@@ -462,7 +464,10 @@ class ClusterView:
         return self._context
 
     def refresh(self) -> None:
-        """Rebuild the inventory and the engine if what they depend on changed."""
+        """Rebuild the inventory (with each new device's CEL view, before any decision
+        needs it: built by the first decisions, 8,000 views lay among a burst's objects
+        and kept its memory from being given back) and the engine if what they depend
+        on changed."""
         if self._inventory_stale:
             previous_duplicates = self.inventory.duplicate_uuids
             self.inventory = build_inventory(
@@ -475,6 +480,9 @@ class ClusterView:
             self._context = None
             live = {device.cache_key for device in self.inventory.by_key.values()}
             self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
+            for device in self.inventory.by_key.values():
+                with contextlib.suppress(InvalidParameterError):  # the decisions report it
+                    self._cel_view(device)
             report_duplicate_uuids(
                 self.recorder, self.inventory.duplicate_uuids, previous_duplicates, self.nodes.get
             )
@@ -540,8 +548,12 @@ class ClusterView:
         return pod is not None and pod["metadata"].get("uid") == uid and is_terminal(pod)
 
     def _selector_match(self, expression: str, device: PublishedDevice) -> bool:
+        return self.selectors.matches(expression, device.cache_key, self._cel_view(device))
+
+    def _cel_view(self, device: PublishedDevice) -> CelDevice:
+        """The device as selectors see it, built once per slice generation."""
         cel_device = self._cel_devices.get(device.cache_key)
         if cel_device is None:
             cel_device = cel_device_from_slice(device.driver, device.spec)
             self._cel_devices[device.cache_key] = cel_device
-        return self.selectors.matches(expression, device.cache_key, cel_device)
+        return cel_device

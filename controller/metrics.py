@@ -60,6 +60,7 @@ class ViewSnapshot:
 
     inventory: Inventory = field(default_factory=Inventory)
     usage: Mapping[str, Mapping[str, DeviceUsage]] = field(default_factory=dict)
+    """Only the devices holding something: an idle one reads as DeviceUsage()."""
     shares: Sequence[ShareRecord] = ()
     quotas: Sequence[QuotaRecord] = ()
 

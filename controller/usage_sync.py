@@ -5,11 +5,12 @@ from every claim took 0.3-1 s at 10,000 claims, inside the decision loop. So
 the usage is summed from the claims with each claim's results remembered
 while the view holds the same claim object and inventory (reading
 consumedCapacity quantities was most of the cost), and only the nodes whose
-usage differs from what the engine holds are replaced (`Engine.set_node`),
-with the quota ledger swapped whole. The engine then holds what one built
-afresh would: per device the same usage, and the same ledger. Its remembered
-refusals stay valid: they are kept per node state version, which a replaced
-node changes, and per quota, which is part of their key.
+usage differs from what the engine holds are given it, in place
+(`Engine.set_usage`), with the quota ledger swapped whole. The engine then
+holds what one built afresh would: per device the same usage, and the same
+ledger. Its remembered refusals stay valid: they are kept per node state
+version, which a node given new usage changes, and per quota, which is part of
+their key.
 
 Pure logic: reads claims, the inventory and the engine's node states.
 """
@@ -62,12 +63,12 @@ def sync_engine(
     quota: QuotaLedger,
 ) -> int:
     """Give `engine` (built from `inventory`) exactly `usage` and `quota`; the number of
-    nodes replaced."""
+    nodes whose usage changed."""
     replaced = 0
-    for name, node in inventory.nodes.items():
+    for name in inventory.nodes:
         wanted = usage.get(name, {})
         if not _holds(engine.node_state(name).slots, wanted):
-            engine.set_node(node, wanted)
+            engine.set_usage(name, wanted)
             replaced += 1
     engine.quota = quota
     return replaced

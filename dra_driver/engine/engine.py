@@ -100,7 +100,17 @@ class NodeState:
     """A node's devices with their current usage, its cached node score, and a
     version that changes whenever any of them does."""
 
-    __slots__ = ("_facts", "headroom", "ids", "node", "profiles", "score", "slots", "version")
+    __slots__ = (
+        "_facts",
+        "_idle",
+        "headroom",
+        "ids",
+        "node",
+        "profiles",
+        "score",
+        "slots",
+        "version",
+    )
 
     def __init__(self, node: Node, usage: Mapping[str, DeviceUsage]) -> None:
         self.node = node
@@ -108,26 +118,47 @@ class NodeState:
         self.ids = tuple(device.id for device in node.devices)
         self.profiles = tuple(device_profile(device, node.cordoned) for device in node.devices)
         self._facts: tuple[DeviceFacts, ...] | None = None
-        self.slots = [
-            Slot(d, u.used, u.memory_mib, u.cores, u.tags)
-            for d in node.devices
-            for u in (usage.get(d.id, DeviceUsage()),)
-        ]
-        stale = usage.keys() - {d.id for d in node.devices}
-        if stale:
-            log.debug(
-                "usage of devices the inventory no longer has is ignored",
-                extra={"node": node.name, "devices": sorted(stale)},
-            )
+        self._idle: tuple[list[tuple[int, int, int]], float, tuple[DeviceFacts, ...]] | None
+        self._idle = None
+        self.slots = [Slot(d, 0, 0, 0) for d in node.devices]
         self.score = 0.0
         self.headroom: list[tuple[int, int, int]] = []
         self.rescore()
         self._facts = device_facts(self.profiles, self.slots)
+        self._idle = (self.headroom, self.score, self._facts)
+        """The idle node's headroom, score and facts, kept from its start: a node that
+        goes idle again takes them instead of building them anew. When a burst's claims
+        went, 1,000 nodes' worth built then lay scattered among the burst's freed memory
+        and kept most of it from being given back."""
+        if usage:
+            self.reset_usage(usage)
+            self._facts = device_facts(self.profiles, self.slots)
+
+    def reset_usage(self, usage: Mapping[str, DeviceUsage]) -> None:
+        """Give the devices exactly `usage` (a device it leaves out holds nothing), in
+        place, and rescore."""
+        idle = DeviceUsage()
+        for slot in self.slots:
+            wanted = usage.get(slot.device.id, idle)
+            slot.used, slot.memory, slot.cores = wanted.used, wanted.memory_mib, wanted.cores
+            slot.tags = wanted.tags
+        stale = usage.keys() - set(self.ids)
+        if stale:
+            log.debug(
+                "usage of devices the inventory no longer has is ignored",
+                extra={"node": self.node.name, "devices": sorted(stale)},
+            )
+        self.rescore()
 
     def rescore(self) -> None:
         """Refresh the node score and the per-device headroom used for pruning,
         after the slots changed; this gives the node a new version."""
         self.version = next(_VERSIONS)
+        if self._idle is not None and not any(
+            s.used or s.memory or s.cores or s.tags for s in self.slots
+        ):
+            self.headroom, self.score, self._facts = self._idle
+            return
         self._facts = None
         self.headroom = [
             (s.device.memory_mib - s.memory, s.device.cores - s.cores, s.device.memory_mib)
@@ -462,6 +493,16 @@ class Engine:
         state = NodeState(node, usage or {})
         self._states[node.name] = state
         bisect.insort(self._order, (state.score, node.name))
+
+    def set_usage(self, name: str, usage: Mapping[str, DeviceUsage]) -> None:
+        """Give a known node's devices exactly `usage`, keeping its inventory and its
+        node state: replaced at every change, the state objects of 1,000 nodes were
+        built anew as a burst's claims went and lay scattered among the burst's freed
+        memory, which they then kept from being given back."""
+        state = self._states[name]
+        self._forget_order(state)
+        state.reset_usage(usage)
+        bisect.insort(self._order, (state.score, name))
 
     def remove_node(self, name: str) -> None:
         """Forget a node (deleted, or its devices unpublished); unknown names are ignored."""

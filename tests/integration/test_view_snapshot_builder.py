@@ -1,5 +1,6 @@
 """The metrics snapshot built over and over by one SnapshotBuilder: a claim whose object did
-not change keeps its share records, and every snapshot equals one built afresh."""
+not change keeps its share records, only devices holding something have a usage record, and
+every snapshot equals one built afresh."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from controller_cluster import NAMESPACE, capacity, cluster, controller, request
 
 from controller.view_snapshot import SnapshotBuilder, build_view_snapshot
+from dra_driver.engine.model import DeviceUsage
 
 
 async def test_unchanged_claims_keep_their_records_and_changes_show(tmp_path: Path) -> None:
@@ -36,6 +38,9 @@ async def test_unchanged_claims_keep_their_records_and_changes_show(tmp_path: Pa
             before = builder.build(view)
             assert [share.pod for share in before.shares] == ["first"]
             assert before.shares == build_view_snapshot(view).shares
+            # Of node-a's two devices only the one holding the share has a usage record.
+            assert list(before.usage) == ["node-a"]
+            assert list(before.usage["node-a"].values()) == [DeviceUsage(1, 10 * 1024, 30)]
 
             await c.add_pod_with_claim("second", request(**capacity(memory="20Gi", cores="20")))
             await c.wait_allocated("second-claim")

@@ -108,6 +108,8 @@ def test_an_engine_synced_in_place_equals_one_built_from_the_claims() -> None:
     assert placed is not None
     engine.commit(request(30000), placed)
     untouched = engine.node_state("node-c").version
+    states = {name: engine.node_state(name) for name in inventory.nodes}
+    versions = {name: state.version for name, state in states.items()}
 
     # Pod "a" finished, "b" grew (a new object), "c" is the same object, "d" is the
     # allocation the commit above stands for, now seen as a claim.
@@ -128,6 +130,17 @@ def test_an_engine_synced_in_place_equals_one_built_from_the_claims() -> None:
     assert engine.quota == rebuilt.quota
     assert engine.node_state("node-c").version == untouched
     assert replaced == 2
+    # Changed in place: the same node states, each changed one with a new version and
+    # the headroom, score and facts of the engine built afresh.
+    for name, state in states.items():
+        assert engine.node_state(name) is state
+        assert (state.version != versions[name]) == (name in ("node-a", "node-b"))
+        theirs = rebuilt.node_state(name)
+        assert (state.headroom, state.score, state.facts) == (
+            theirs.headroom,
+            theirs.score,
+            theirs.facts,
+        )
     for memory in (1000, 40000, 70000):
         ours, theirs = engine.decide(request(memory)), rebuilt.decide(request(memory))
         assert ours.placement == theirs.placement
