@@ -93,7 +93,14 @@ class Decision:
 
 _VERSIONS = itertools.count(1)
 """State versions, unique across all nodes and engines, so a replaced node never
-matches a refusal remembered for its predecessor."""
+matches a refusal remembered for its predecessor (a node state that goes idle again
+takes back its own idle version)."""
+
+
+_IdleState = tuple[
+    int, list[tuple[int, int, int]], float, tuple[float, str], tuple[DeviceFacts, ...]
+]
+"""A node state's idle version, headroom, score, order key and facts."""
 
 
 class NodeState:
@@ -106,6 +113,7 @@ class NodeState:
         "headroom",
         "ids",
         "node",
+        "order_key",
         "profiles",
         "score",
         "slots",
@@ -118,18 +126,20 @@ class NodeState:
         self.ids = tuple(device.id for device in node.devices)
         self.profiles = tuple(device_profile(device, node.cordoned) for device in node.devices)
         self._facts: tuple[DeviceFacts, ...] | None = None
-        self._idle: tuple[list[tuple[int, int, int]], float, tuple[DeviceFacts, ...]] | None
-        self._idle = None
+        self._idle: _IdleState | None = None
         self.slots = [Slot(d, 0, 0, 0) for d in node.devices]
         self.score = 0.0
+        self.order_key = (0.0, node.name)
+        """(score, name): the node's place in the engine's order."""
         self.headroom: list[tuple[int, int, int]] = []
         self.rescore()
         self._facts = device_facts(self.profiles, self.slots)
-        self._idle = (self.headroom, self.score, self._facts)
-        """The idle node's headroom, score and facts, kept from its start: a node that
-        goes idle again takes them instead of building them anew. When a burst's claims
-        went, 1,000 nodes' worth built then lay scattered among the burst's freed memory
-        and kept most of it from being given back."""
+        self._idle = (self.version, self.headroom, self.score, self.order_key, self._facts)
+        """The idle node's version, headroom, score, order key and facts, kept from its
+        start: a node that goes idle again takes them back instead of building them anew
+        (what is remembered for its idle version holds again, the state being the same).
+        When a burst's claims went, 1,000 nodes' worth built then lay scattered among the
+        burst's freed memory and kept most of it from being given back."""
         if usage:
             self.reset_usage(usage)
             self._facts = device_facts(self.profiles, self.slots)
@@ -152,13 +162,14 @@ class NodeState:
 
     def rescore(self) -> None:
         """Refresh the node score and the per-device headroom used for pruning,
-        after the slots changed; this gives the node a new version."""
-        self.version = next(_VERSIONS)
+        after the slots changed; this gives the node a new version (its idle one
+        when it holds nothing)."""
         if self._idle is not None and not any(
             s.used or s.memory or s.cores or s.tags for s in self.slots
         ):
-            self.headroom, self.score, self._facts = self._idle
+            self.version, self.headroom, self.score, self.order_key, self._facts = self._idle
             return
+        self.version = next(_VERSIONS)
         self._facts = None
         self.headroom = [
             (s.device.memory_mib - s.memory, s.device.cores - s.cores, s.device.memory_mib)
@@ -174,6 +185,7 @@ class NodeState:
             totals[4] += slot.memory
             totals[5] += slot.device.memory_mib
         self.score = node_score(totals)
+        self.order_key = (self.score, self.node.name)
 
     @property
     def facts(self) -> tuple[DeviceFacts, ...]:
@@ -265,7 +277,7 @@ class Engine:
                 "usage on nodes the inventory does not have is ignored",
                 extra={"nodes": sorted(stale_nodes)},
             )
-        self._order = sorted((state.score, name) for name, state in self._states.items())
+        self._order = sorted(state.order_key for state in self._states.values())
         self._default_gpu_policy = parse_gpu_policy(self.settings.gpu_policy)
         parse_node_policy(self.settings.node_policy)
         self._refusals = ReasonCache(self.settings.reason_cache_shapes)
@@ -481,7 +493,7 @@ class Engine:
             )
         self._forget_order(state)
         state.rescore()
-        bisect.insort(self._order, (state.score, state.node.name))
+        bisect.insort(self._order, state.order_key)
 
     def set_node(self, node: Node, usage: Mapping[str, DeviceUsage] | None = None) -> None:
         """Add a node, or replace its inventory (devices, cordons, pair scores) and
@@ -492,7 +504,7 @@ class Engine:
         self.remove_node(node.name)
         state = NodeState(node, usage or {})
         self._states[node.name] = state
-        bisect.insort(self._order, (state.score, node.name))
+        bisect.insort(self._order, state.order_key)
 
     def set_usage(self, name: str, usage: Mapping[str, DeviceUsage]) -> None:
         """Give a known node's devices exactly `usage`, keeping its inventory and its
@@ -502,7 +514,7 @@ class Engine:
         state = self._states[name]
         self._forget_order(state)
         state.reset_usage(usage)
-        bisect.insort(self._order, (state.score, name))
+        bisect.insort(self._order, state.order_key)
 
     def remove_node(self, name: str) -> None:
         """Forget a node (deleted, or its devices unpublished); unknown names are ignored."""
@@ -511,7 +523,7 @@ class Engine:
             self._forget_order(state)
 
     def _forget_order(self, state: NodeState) -> None:
-        del self._order[bisect.bisect_left(self._order, (state.score, state.node.name))]
+        del self._order[bisect.bisect_left(self._order, state.order_key)]
 
     def _preference(self, node_policy: str) -> Iterable[str]:
         """Node names best-first: binpack prefers the highest score, spread the

@@ -299,3 +299,23 @@ def test_refusals_are_kept_apart_by_policy_and_init_containers():
     too_big_first = pod(req(memory=1), init=[req(memory=90000)])
     assert eng.decide(too_big_first).failures == {"n": "1/1 CardInsufficientMemory"}
     assert eng.decide(pod(req(memory=1))).placement is not None
+
+
+def test_a_node_that_goes_idle_again_takes_back_its_idle_state():
+    """In place and with nothing built anew: the idle version (so what was remembered for
+    the idle node holds again), headroom, score and order key of its start; a busy node
+    gets a version of its own, and its refusals are not those of the idle node."""
+    eng = engine(node("n", 1))
+    state = eng.node_state("n")
+    idle = (state.version, state.headroom, state.score, state.order_key, state.facts)
+    wants = pod(req(memory=1000, cores=100))
+    placement = eng.decide(wants).placement
+    eng.commit(wants, placement)
+    assert eng.node_state("n") is state
+    assert state.version != idle[0]
+    assert eng.decide(wants).failures == {"n": "1/1 CardInsufficientCore"}
+    eng.set_usage("n", {})
+    assert eng.node_state("n") is state
+    now = (state.version, state.headroom, state.score, state.order_key, state.facts)
+    assert all(a is b for a, b in zip(now, idle, strict=True))
+    assert eng.decide(wants).placement == placement
