@@ -4,8 +4,9 @@ kube-scheduler binds the pod after the controller allocated; a node it would
 refuse (selector, affinity, taints, the node's pod and resource limits) must
 not get the pod's claims. `node_refusal` answers that per node; the answer is
 memoized per pod shape (the spec fields predicates read and the resource
-requests) until the node object or the set of pods bound to it changes (an
-epoch per node), because thousands of pending pods share a few shapes.
+requests), because thousands of pending pods share a few shapes, until the node
+object changes (its resourceVersion) or the set of pods bound to it does (the
+node's memo is dropped then, so a burst that ends leaves none of it behind).
 
 Owns the index of pods bound to each node (their requests count against it)
 and the memo. Pure: reads objects through the callables it is given and calls
@@ -26,7 +27,8 @@ NODE_NOT_FOUND = "node not found"
 AVOIDED_NODE = "pod could not be scheduled on this node before"
 SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
 """The pod spec fields node predicates read (with its resource requests)."""
-MAX_REMEMBERED_REFUSALS = 200_000
+MAX_REMEMBERED_SHAPES = 256
+"""Pod shapes remembered per node; past that the node's memo starts again."""
 
 ObjectLookup = Callable[[str], Mapping[str, Any] | None]
 
@@ -40,8 +42,8 @@ class NodeFilter:
         self._pod_node: dict[str, str] = {}
         self._node_pods: dict[str, set[str]] = {}
         self._node_used: dict[str, tuple[int, dict[str, Decimal]]] = {}
-        self._node_epoch: dict[str, int] = {}
-        self._refusals: dict[tuple[str, str], tuple[tuple[str, int], str | None]] = {}
+        self._refusals: dict[str, dict[str, tuple[str, str | None]]] = {}
+        """node -> pod shape -> (the node's resourceVersion, the refusal or None)."""
 
     def place(self, pod_key: str, node: str | None) -> bool:
         """Record the node the pod is bound to (None: unbound or finished); True if moved."""
@@ -94,7 +96,7 @@ class NodeFilter:
     def _touch(self, node: str) -> None:
         """The node's pods changed: its usage and every refusal memoized for it are stale."""
         self._node_used.pop(node, None)
-        self._node_epoch[node] = self._node_epoch.get(node, 0) + 1
+        self._refusals.pop(node, None)
 
     def _refusal(
         self,
@@ -105,15 +107,16 @@ class NodeFilter:
     ) -> str | None:
         """node_refusal, remembered per pod shape until the node or its pods change."""
         name = node["metadata"]["name"]
-        version = (node["metadata"].get("resourceVersion", ""), self._node_epoch.get(name, 0))
-        cached = self._refusals.get((shape, name))
+        version = node["metadata"].get("resourceVersion", "")
+        remembered = self._refusals.setdefault(name, {})
+        cached = remembered.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
         count, used = self._usage(name)
         reason = node_refusal(pod, node, count, used, requested)
-        if len(self._refusals) > MAX_REMEMBERED_REFUSALS:
-            self._refusals.clear()
-        self._refusals[(shape, name)] = (version, reason)
+        if len(remembered) >= MAX_REMEMBERED_SHAPES:
+            remembered.clear()
+        remembered[shape] = (version, reason)
         return reason
 
     def _usage(self, node: str) -> tuple[int, dict[str, Decimal]]:
