@@ -108,7 +108,9 @@ class NodeFilter:
         """node_refusal, remembered per pod shape until the node or its pods change."""
         name = node["metadata"]["name"]
         version = node["metadata"].get("resourceVersion", "")
-        remembered = self._refusals.setdefault(name, {})
+        remembered = self._refusals.get(name)
+        if remembered is None:
+            remembered = self._refusals[name] = {}
         cached = remembered.get(shape)
         if cached is not None and cached[0] == version:
             return cached[1]
