@@ -79,7 +79,7 @@ def _holds(slots: list[Slot], usage: Mapping[str, DeviceUsage]) -> bool:
     for slot in slots:
         wanted = usage.get(slot.device.id)
         if wanted is None:
-            if slot.used or slot.memory or slot.cores or slot.tags:
+            if not slot.holds_nothing:
                 return False
         elif (slot.used, slot.memory, slot.cores, slot.tags) != (
             wanted.used,

@@ -44,7 +44,7 @@ class SnapshotBuilder:
             held = {
                 s.device.id: DeviceUsage(s.used, s.memory, s.cores)
                 for s in state.slots
-                if s.used or s.memory or s.cores
+                if not s.holds_nothing
             }
             if held:
                 usage[name] = held

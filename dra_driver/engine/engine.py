@@ -164,9 +164,7 @@ class NodeState:
         """Refresh the node score and the per-device headroom used for pruning,
         after the slots changed; this gives the node a new version (its idle one
         when it holds nothing)."""
-        if self._idle is not None and not any(
-            s.used or s.memory or s.cores or s.tags for s in self.slots
-        ):
+        if self._idle is not None and all(slot.holds_nothing for slot in self.slots):
             self.version, self.headroom, self.score, self.order_key, self._facts = self._idle
             return
         self.version = next(_VERSIONS)

@@ -72,6 +72,11 @@ class Slot:
     def copy(self) -> Slot:
         return Slot(self.device, self.used, self.memory, self.cores, self.tags)
 
+    @property
+    def holds_nothing(self) -> bool:
+        """No share, memory, cores or tag is committed on the device."""
+        return not (self.used or self.memory or self.cores or self.tags)
+
 
 @dataclass(frozen=True, slots=True)
 class FitContext:
