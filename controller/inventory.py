@@ -43,6 +43,13 @@ class PublishedDevice:
     slice_uid: str
     slice_generation: int
     uuid: str
+    cache_key: tuple[str, int, str] = field(init=False, repr=False, compare=False)
+    """Names this version of the device for the CEL result cache. Built once with the
+    device, so that the cache's entries share it instead of each holding a tuple made
+    by the decision that filled it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cache_key", (self.slice_uid, self.slice_generation, self.name))
 
     @property
     def name(self) -> str:
@@ -51,11 +58,6 @@ class PublishedDevice:
     @property
     def key(self) -> DeviceKey:
         return (self.driver, self.pool, self.name)
-
-    @property
-    def cache_key(self) -> tuple[str, int, str]:
-        """Names this version of the device for the CEL result cache."""
-        return (self.slice_uid, self.slice_generation, self.name)
 
     def attribute(self, name: str) -> Any:
         """An attribute's value by its short or fully qualified name, or None."""

@@ -164,6 +164,32 @@ def test_selector_cache_memoises_per_device_key(device: CelDevice) -> None:
     assert len(cache) == 2
 
 
+def test_selector_cache_bound_drops_the_least_recent_expressions_oldest_result(
+    device: CelDevice,
+) -> None:
+    cache = SelectorCache(max_entries=2)
+    first = f"device.driver == '{DRIVER}'"
+    second = f"device.driver != 'other.example.com' && device.driver == '{DRIVER}'"
+    other = CelDevice("other.example.com", {}, {}, allow_multiple_allocations=False)
+    assert cache.matches(first, "gpu-0", device) is True
+    assert cache.matches(second, "gpu-0", device) is True
+    assert cache.matches(first, "gpu-0", other) is True  # memoised, and now the most recent
+    assert cache.matches(second, "gpu-1", other) is False
+    assert len(cache) == 2
+    # `second` was used last, so `first` gave up its only result and is evaluated afresh.
+    assert cache.matches(first, "gpu-0", other) is False
+    assert cache.matches(second, "gpu-1", device) is False
+
+
+def test_selector_cache_shares_the_callers_key(device: CelDevice) -> None:
+    cache = SelectorCache()
+    key = ("uid-1", 1, "gpu-0")
+    cache.matches(f"device.driver == '{DRIVER}'", key, device)
+    cache.matches(f"device.driver == '{DRIVER}'", ("uid-1", 1, "gpu-0"), device)
+    cache.forget(lambda held: held is not key)
+    assert len(cache) == 1
+
+
 def test_selector_cache_does_not_cache_errors(device: CelDevice) -> None:
     cache = SelectorCache()
     with pytest.raises(CelEvaluationError):
