@@ -20,6 +20,13 @@ SHARED_TEXT_MAX = 64
 """Texts up to this length are shared between the objects the controller keeps (names,
 uids, timestamps, quantities); longer ones (messages) are rarely repeated."""
 
+UNSHARED_FIELDS = frozenset({"resourceVersion"})
+"""Fields whose text no other object holds: every version of every object has its own
+resourceVersion. Interned, each watch event added one more entry to Python's table of
+interned texts (a dict, which keeps the size it grew to), and at 10,000 pods and claims
+that table doubled to about 8 MiB in one burst or the next, whichever happened to
+resize it while the most texts were alive."""
+
 ConditionSignature = tuple[str, str]
 """A PodScheduled condition as (lastTransitionTime, message): a new one means a new verdict."""
 
@@ -87,7 +94,8 @@ def refused_with_claims_allocated(condition: Mapping[str, Any] | None) -> bool:
 def compact_object(obj: dict[str, Any]) -> dict[str, Any]:
     """The object as the controller keeps it: without `metadata.managedFields`, which
     it never reads (its writes replace only the status, so the server keeps their
-    owners as they were), and with every key and short text shared (`sys.intern`).
+    owners as they were), and with every key and short text shared (`sys.intern`) but
+    those of UNSHARED_FIELDS.
     json decodes each object's keys afresh, so 10,000 pods and claims held the same
     few hundred names (and values: namespaces, class names, tolerations) 10,000
     times over; shared, a pod or claim costs about half the memory."""
@@ -99,7 +107,10 @@ def compact_object(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _shared(value: Any) -> Any:
     if isinstance(value, dict):
-        return {sys.intern(key): _shared(item) for key, item in value.items()}
+        return {
+            sys.intern(key): item if key in UNSHARED_FIELDS else _shared(item)
+            for key, item in value.items()
+        }
     if isinstance(value, list):
         return [_shared(item) for item in value]
     if isinstance(value, str) and len(value) <= SHARED_TEXT_MAX:

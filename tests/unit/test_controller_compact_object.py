@@ -11,6 +11,7 @@ POD = {
     "metadata": {
         "name": "p",
         "namespace": "team",
+        "resourceVersion": "4711",
         "managedFields": [{"manager": "kubectl", "operation": "Update"}],
     },
     "spec": {"tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]},
@@ -22,7 +23,10 @@ def test_managed_fields_go_and_the_rest_stays_equal() -> None:
     decoded = json.loads(json.dumps(POD))
     kept = compact_object(decoded)
     assert "managedFields" not in kept["metadata"]
-    assert kept == {**POD, "metadata": {"name": "p", "namespace": "team"}}
+    assert kept == {
+        **POD,
+        "metadata": {"name": "p", "namespace": "team", "resourceVersion": "4711"},
+    }
     assert decoded["metadata"]["managedFields"] == POD["metadata"]["managedFields"]
 
 
@@ -35,3 +39,10 @@ def test_keys_and_short_texts_are_shared_between_objects() -> None:
     assert first["metadata"]["namespace"] is second["metadata"]["namespace"]
     assert first["status"]["phase"] is second["status"]["phase"]
     assert first["status"]["message"] is not second["status"]["message"]
+
+
+def test_a_resource_version_is_not_shared() -> None:
+    first = compact_object(json.loads(json.dumps(POD)))
+    second = compact_object(json.loads(json.dumps(POD)))
+    assert first["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+    assert first["metadata"]["resourceVersion"] is not second["metadata"]["resourceVersion"]
