@@ -21,7 +21,9 @@ precreated, each with a fresh controller process):
   pod by client and resource[/subresource]; the controller's CPU seconds per 1,000
   allocations and its RSS. Then every pod (and pre-created claim) is deleted and the
   bench waits until the controller's view is empty (no claim left in the API, no
-  share left on any device in the controller's HAMi gauges) and prints its RSS then.
+  share left on any device in the controller's HAMi gauges) and it has given the
+  freed memory back (`vgpu_controller_memory_releases` went up), and prints its RSS
+  then.
   Round 2 repeats round 1 so that growth shows: the RSS after freeing round 2 against
   round 1's (a leak would fill round 1's freed memory and lift round 2's peak);
   `--rounds 3` and more show whether any growth goes on or settles.
@@ -105,6 +107,7 @@ CREATE_CONCURRENCY = 32
 DECISION_GOAL_S = 0.005
 PEAK_RSS_GOAL_MIB = 400
 DECISIONS = "vgpu_controller_decision_seconds"
+MEMORY_RELEASES = "vgpu_controller_memory_releases"
 ROUND_TIMEOUT_S = 1800
 FREE_TIMEOUT_S = 600
 LEADER_TIMEOUT_S = 120
@@ -304,15 +307,20 @@ def decision_line(buckets: Buckets, total_s: float) -> str:
     )
 
 
-async def wait_until_freed(bench: Bench, controller: ControllerProcess) -> float:
-    """Until no claim or pod is left and the controller's gauges show no share; seconds."""
+async def wait_until_freed(bench: Bench, controller: ControllerProcess, releases: float) -> float:
+    """Until no claim or pod is left, the controller's gauges show no share and it has
+    given the freed memory back (its release count passed `releases`); seconds."""
     started = time.perf_counter()
     async with asyncio.timeout(FREE_TIMEOUT_S):
         while True:
             if not bench.claims.store and not bench.pods.store:
                 text = await controller.metrics()
                 shares = gauge_sum(text, "hami_gpu_shared_count")
-                if shares == 0 and counter_value(text, "vgpu_controller_pending_claims") == 0:
+                if (
+                    shares == 0
+                    and counter_value(text, "vgpu_controller_pending_claims") == 0
+                    and counter_value(text, MEMORY_RELEASES) > releases
+                ):
                     return time.perf_counter() - started
             await asyncio.sleep(1.0)
 
@@ -387,7 +395,7 @@ async def run_round(
     )
     bench.server.audit.reset()
     await delete_all(bench, tracker, mode)
-    freed_s = await wait_until_freed(bench, controller)
+    freed_s = await wait_until_freed(bench, controller, counter_value(after, MEMORY_RELEASES))
     cleanup = bench.server.audit.write_counts()
     rss_freed, _ = memory_mib(controller.pid)
     cleanup_writes = ", ".join(

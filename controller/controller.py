@@ -33,6 +33,7 @@ from typing import Any
 
 from controller.allocation import build_allocation
 from controller.allocation_writer import AllocationWriter
+from controller.burst_end import BurstEnd
 from controller.claim_writes import (
     MAX_RESERVATIONS,
     ClaimWriter,
@@ -91,6 +92,7 @@ class Controller:
         vendors: VendorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         after_sync: Callable[[], None] | None = None,
+        release_memory: Callable[[], bool] | None = None,
     ) -> None:
         # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
         client = client.for_component("controller")
@@ -102,6 +104,10 @@ class Controller:
         self.clock = clock
         self.after_sync = after_sync
         """Called once the informers listed everything, before the first decision."""
+        self.release_memory = release_memory
+        """Called once a burst's pods and claims are gone (burst_end.py): gives the freed
+        memory back to the system; True if some went back."""
+        self._burst_end = BurstEnd(settings.release_after_freed_objects)
         self.ready = asyncio.Event()
         self.view = ClusterView(client, settings, self.vendors, recorder)
         self.queue = WorkQueue(clock, settings.retry_initial_s, settings.retry_max_s)
@@ -202,8 +208,20 @@ class Controller:
     def _update_gauges(self, now: float) -> None:
         pending = sum(len(self.view.claims_of_pod(key)) for key in self.queue.trying())
         self.metrics.pending_claims.set(pending)
+        held = len(self.view.pods.store) + len(self.view.claims.store)
+        self._burst_end.observe(held)
         if now - self._snapshot_at >= SNAPSHOT_PERIOD_S:
             self.publish_view()
+            self._release_after_burst(held)
+
+    def _release_after_burst(self, held: int) -> None:
+        if self.release_memory is None or not self._burst_end.over(held, self.view.changes):
+            return
+        released = self.release_memory()
+        self.metrics.memory_releases.inc()
+        log.info(
+            "freed memory given back after a burst", extra={"held": held, "released": released}
+        )
 
     def _sync_pod(self, key: str) -> None:
         pod = self.view.pods.get(key)

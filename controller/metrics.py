@@ -186,6 +186,12 @@ class ControllerMetrics:
             "Unallocated claims of this driver that a pending pod waits for.",
             registry=registry,
         )
+        self.memory_releases = Counter(
+            "vgpu_controller_memory_releases",
+            "Times the controller gave its free memory back to the system after a burst's "
+            "pods and claims were gone.",
+            registry=registry,
+        )
         self._collector: HamiSchedulerCollector | None = None
 
     def attach_view(self, snapshot: Callable[[], ViewSnapshot]) -> None:

@@ -36,6 +36,7 @@ from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.leader import LeaderElector, LeaderSettings
 from dra_driver.kube.rest import KubeClient, NotFoundError
+from dra_driver.process.allocator import release_free_memory
 from libvgpu.monitor import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -121,9 +122,11 @@ async def run_controller(
     stop: asyncio.Event,
     *,
     after_sync: Callable[[], None] | None = None,
+    release_memory: Callable[[], bool] | None = None,
 ) -> None:
     """Check, then allocate while leader, until `stop` is set; `after_sync` is called
-    each time a newly leading controller has listed everything."""
+    each time a newly leading controller has listed everything, `release_memory` each
+    time a burst's objects are gone."""
     await check_api(client)
     await check_slices(client, settings.controller.driver)
     registry = CollectorRegistry()
@@ -140,7 +143,12 @@ async def run_controller(
 
         async def allocate() -> None:
             await Controller(
-                client, settings.controller, metrics, recorder, after_sync=after_sync
+                client,
+                settings.controller,
+                metrics,
+                recorder,
+                after_sync=after_sync,
+                release_memory=release_memory,
             ).run()
 
         work = (
@@ -168,7 +176,13 @@ async def serve_controller(
 ) -> None:
     client = await KubeClient.from_kubeconfig(kubeconfig, component="controller")
     try:
-        await run_controller(client, settings, stop, after_sync=freeze_collected)
+        await run_controller(
+            client,
+            settings,
+            stop,
+            after_sync=freeze_collected,
+            release_memory=release_free_memory,
+        )
     finally:
         await client.aclose()
 

@@ -57,4 +57,10 @@ class ControllerSettings:
     moved_node_memory_s: float = 300.0
     """How long a node stays excluded for a pod that could not go there (seconds)."""
 
+    release_after_freed_objects: int = 1000
+    """Pods and claims the view must have shed since its high mark before the freed
+    memory is given back to the system, once nothing changed for a second
+    (controller/burst_end.py); 0 gives it back after every quiet second that follows
+    a deletion."""
+
     informer: InformerSettings = field(default_factory=InformerSettings)

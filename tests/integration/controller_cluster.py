@@ -306,13 +306,18 @@ async def controller(
     client: KubeClient,
     settings: ControllerSettings = FAST,
     registry: CollectorRegistry | None = None,
+    release_memory: Callable[[], bool] | None = None,
 ) -> AsyncIterator[Controller]:
     recorder = EventRecorder(
         client.for_component("controller"), EventSettings(component="vgpu-dra-controller")
     )
     recorder.start()
     running = Controller(
-        client, settings, ControllerMetrics(registry or CollectorRegistry()), recorder
+        client,
+        settings,
+        ControllerMetrics(registry or CollectorRegistry()),
+        recorder,
+        release_memory=release_memory,
     )
     task = asyncio.create_task(running.run(), name="controller")
     try:

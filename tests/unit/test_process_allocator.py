@@ -57,3 +57,40 @@ def test_glibcs_own_adjustment_moves_big_blocks_into_the_heap() -> None:
 def test_the_fixed_threshold_keeps_them_mapped() -> None:
     assert MMAP_THRESHOLD_BYTES < 1 << 20
     assert mapped_blocks("fixed") == 4
+
+
+RELEASE_PROBE = """
+import ctypes, ctypes.util
+from dra_driver.process.allocator import fix_mmap_threshold, release_free_memory
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = (ctypes.c_size_t,)
+libc.free.argtypes = (ctypes.c_void_p,)
+libc.memset.argtypes = (ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t)
+
+def resident_mib():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+assert fix_mmap_threshold()
+blocks = [libc.malloc(4096) for _ in range(16384)]
+for block in blocks:
+    libc.memset(block, 1, 4096)
+for block in blocks[:-1]:
+    libc.free(block)
+before = resident_mib()
+released = release_free_memory()
+print(released, before - resident_mib())
+"""
+
+
+def test_freed_heap_pages_go_back_when_released() -> None:
+    """64 MiB of 4 KiB blocks freed below one still in use: glibc keeps them resident
+    (only the heap's top goes back on its own) until they are released."""
+    done = subprocess.run(
+        [sys.executable, "-c", RELEASE_PROBE], capture_output=True, text=True, check=True
+    )
+    released, returned_mib = done.stdout.split()
+    assert released == "True"
+    assert float(returned_mib) > 32
