@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,10 @@ MMAP_THRESHOLD_BYTES = 64 * 1024
 figures above were measured with 64 KiB)."""
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
+    """glibc, looked up once: `find_library` runs `ldconfig`, and a release after a burst
+    runs on the controller's event loop."""
     library = ctypes.util.find_library("c")
     if library is None:
         return None
