@@ -24,7 +24,8 @@ from controller.requests import RequestContext, pod_variants
 from controller.settings import ControllerSettings
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.vendors import VendorRegistry
-from dra_driver.objects.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
+from dra_driver.objects.dra_cel import CelDevice, cel_device_from_slice
+from dra_driver.objects.dra_cel_cache import SelectorCache
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import build_resource_slices
 from simulator.deviceclasses import device_classes

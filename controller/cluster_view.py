@@ -64,7 +64,8 @@ from dra_driver.kube.assume import AssumeCache
 from dra_driver.kube.events import EventRecorder
 from dra_driver.kube.informer import Handler, Informer, object_key
 from dra_driver.kube.rest import KubeClient
-from dra_driver.objects.dra_cel import CelDevice, SelectorCache, cel_device_from_slice
+from dra_driver.objects.dra_cel import CelDevice, cel_device_from_slice
+from dra_driver.objects.dra_cel_cache import SelectorCache
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.objects.resource_api import RESOURCE_API
 

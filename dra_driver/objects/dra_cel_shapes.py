@@ -4,7 +4,7 @@ Every DeviceClass this driver installs selects with
 `device.driver == '<driver>' && device.attributes['<domain>'].<name> == '<value>'`.
 cel-python takes most of a millisecond per device for that, so the first pod of a
 class at 1,000 nodes x 8 GPUs waited seconds (results are cached per device version,
-dra_cel.SelectorCache, so it was the first pod after each start, and every new class).
+dra_cel_cache.SelectorCache, so it was the first pod after each start, and every new class).
 This module recognises conjunctions of those two comparisons in an expression's
 text and answers them from the device's plain values.
 

@@ -12,7 +12,8 @@ from controller.requests import NO_DEVICE, RequestContext, pod_variants
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.claim_workloads import DEVICE_CLASSES
-from dra_driver.objects.dra_cel import SelectorCache, cel_device_from_slice
+from dra_driver.objects.dra_cel import cel_device_from_slice
+from dra_driver.objects.dra_cel_cache import SelectorCache
 
 DRIVER = "vgpu.hami.io"
 CLASS = "nvidia.vgpu.hami.io"

@@ -15,11 +15,11 @@ from dra_driver.objects.dra_cel import (
     CelDevice,
     CelEvaluationError,
     Quantity,
-    SelectorCache,
     Semver,
     cel_device_from_slice,
     compile_selector,
 )
+from dra_driver.objects.dra_cel_cache import SelectorCache
 
 DRIVER = "gpushare.example.com"
 SLICE_DEVICE = {
