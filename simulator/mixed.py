@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 from controller.controller import FILTERING_FAILED, INVALID_PARAMETERS
-from dra_driver.kube.rest import KubeClient
 from dra_driver.status.command import StatusSettings, fetch_status
 from simulator.dra import DraCluster, dra_cluster
 from simulator.legacy import (
@@ -130,16 +129,18 @@ a claim awaits the controller, and a write the node guard held back (retried).""
 
 
 async def _wait_claims_settled(
-    client: KubeClient, names: set[tuple[str, str]], settings: SimulationSettings, step: Any
+    cluster: DraCluster, names: set[tuple[str, str]], settings: SimulationSettings, step: Any
 ) -> list[tuple[dict[str, Any], str]]:
     """Until each DRA pod runs or the controller refused its claims, or the timeout.
 
     Stricter than `run.wait_settled`: the mixed controller takes the node lock before it
     writes, so kube-scheduler often reports a pod Unschedulable before its claim is
-    allocated, and the legacy pods must meet the claims' allocations, not their absence."""
+    allocated, and the legacy pods must meet the claims' allocations, not their absence.
+    A component that died ends the wait with its error."""
     deadline = time.monotonic() + settings.settle_timeout_s
     while True:
-        view = await pods_and_reasons(client, names)
+        cluster.check_running()
+        view = await pods_and_reasons(cluster.client, names)
         settled = [
             pod
             for pod, reason, allocated in view
@@ -188,7 +189,7 @@ async def simulate_mixed(
                 await cluster.client.create(f"/api/v1/namespaces/{namespace}/pods", body)
                 dra_names.add((namespace, workload.name))
 
-            view = await _wait_claims_settled(cluster.client, dra_names, settings, step)
+            view = await _wait_claims_settled(cluster, dra_names, settings, step)
             for namespace, pod in legacy_pods:
                 step(f"placing legacy pod {namespace}/{pod['metadata']['name']}")
                 placed = await legacy.place_pod(pod, namespace, None)

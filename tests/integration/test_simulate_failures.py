@@ -6,16 +6,20 @@ Real parts: the in-process API emulator with an injected fault, a node started a
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient
+from simulator import mixed, run
 from simulator.apiserver import APIServer
+from simulator.dra import DraCluster
 from simulator.failures import ComponentError
 from simulator.identities import Identities
 from simulator.nodes import start_node, stop_nodes
-from simulator.settings import ClusterShape, FamilyNode
+from simulator.settings import ClusterShape, FamilyNode, SimulationSettings
 from simulator.standins.kubelet_pods import PodFeed
 
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -61,3 +65,34 @@ async def test_a_refused_slice_write_names_the_nodes_plugin_and_its_request(tmp_
 async def test_without_the_fault_the_same_start_registers_the_plugin(tmp_path: Path):
     async with APIServer() as server:
         assert await start_one(server, tmp_path) == ["vgpu.hami.io"]
+
+
+async def crashed_component() -> None:
+    raise DriverError("lost its watch for good")
+
+
+@pytest.mark.parametrize("mode", ["dra", "mixed"])
+async def test_a_component_that_died_ends_the_wait_for_pods_with_its_error(
+    tmp_path: Path, mode: str
+):
+    """Without this, the run would wait out its settle timeout and report pods that
+    never settled, naming no component."""
+    async with APIServer() as server:
+        admin = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        identities = Identities(server, tmp_path / "identities")
+        task = asyncio.create_task(crashed_component(), name="controller")
+        await asyncio.wait([task])
+        cluster = DraCluster(server, admin, identities, tasks=[task])
+        names = {("default", "waits")}
+        try:
+            with pytest.raises(ComponentError) as raised:
+                if mode == "dra":
+                    await run.wait_settled(cluster, names, 0.0, lambda *_: None)
+                else:
+                    settings = SimulationSettings(settle_timeout_s=0.0)
+                    await mixed._wait_claims_settled(cluster, names, settings, lambda *_: None)
+        finally:
+            await identities.aclose()
+            await admin.aclose()
+    assert raised.value.component == "controller"
+    assert "lost its watch for good" in str(raised.value)
