@@ -219,6 +219,11 @@ class ClusterView:
         """Class selectors and configs feed the request context: build it again."""
         self._context = None
 
+    def forget_burst_memos(self) -> None:
+        """Drop the memos a burst's decisions built (node_filter.py): called once the
+        burst's pods and claims are gone, before the freed memory is given back."""
+        self.node_filter.forget_memos()
+
     def mark_usage_stale(self) -> None:
         """Rebuild the engine before the next decision (usage or quota limits changed)."""
         self._usage_stale = True

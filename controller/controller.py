@@ -215,7 +215,10 @@ class Controller:
             self._release_after_burst(held)
 
     def _release_after_burst(self, held: int) -> None:
-        if self.release_memory is None or not self._burst_end.over(held, self.view.changes):
+        if not self._burst_end.over(held, self.view.changes):
+            return
+        self.view.forget_burst_memos()
+        if self.release_memory is None:
             return
         released = self.release_memory()
         self.metrics.memory_releases.inc()

@@ -6,7 +6,9 @@ not get the pod's claims. `node_refusal` answers that per node; the answer is
 memoized per pod shape (the spec fields predicates read and the resource
 requests), because thousands of pending pods share a few shapes, until the node
 object changes (its resourceVersion) or the set of pods bound to it does (the
-node's memo is dropped then, so a burst that ends leaves none of it behind).
+node's memo is dropped then). A burst's decisions build a memo for most nodes,
+and the nodes no pod went to keep theirs: `forget_memos` drops all of it once the
+burst is over, so nothing built in its middle outlives it.
 
 Owns the index of pods bound to each node (their requests count against it)
 and the memo. Pure: reads objects through the callables it is given and calls
@@ -49,7 +51,11 @@ class NodeFilter:
         """Record the node the pod is bound to (None: unbound or finished); True if moved."""
         previous = self._pod_node.pop(pod_key, None)
         if previous is not None:
-            self._node_pods.get(previous, set()).discard(pod_key)
+            pods = self._node_pods.get(previous)
+            if pods is not None:
+                pods.discard(pod_key)
+                if not pods:
+                    del self._node_pods[previous]
             self._touch(previous)
         if node:
             self._pod_node[pod_key] = node
@@ -92,6 +98,13 @@ class NodeFilter:
                 else:
                     refused[name] = reason
         return candidates, refused
+
+    def forget_memos(self) -> None:
+        """Drop every memoized usage and refusal: they are rebuilt on demand. A set or
+        dict that grew during a burst and stayed (even empty) keeps the memory block it
+        grew into, and such a block pins the allocator's arena the burst filled."""
+        self._node_used.clear()
+        self._refusals.clear()
 
     def _touch(self, node: str) -> None:
         """The node's pods changed: its usage and every refusal memoized for it are stale."""

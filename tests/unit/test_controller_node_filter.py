@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from controller.node_filter import NodeFilter
 from dra_driver.objects.node_predicates import node_refusal, requests_total
 
 
@@ -70,3 +71,54 @@ def test_pods_already_on_the_node_count() -> None:
     assert node_refusal(pod(cpu="500m"), node(), 2, used) is None
     assert node_refusal(pod(cpu="600m"), node(), 2, used) == "Insufficient cpu"
     assert node_refusal(pod(cpu="1m"), node(), 3, used) == "Too many pods"
+
+
+class Lookups:
+    """The pods and nodes a NodeFilter reads, counting the pod reads."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.nodes = {"node-a": node()}
+        self.pod_reads = 0
+
+    def pod_of(self, key: str) -> dict[str, Any] | None:
+        self.pod_reads += 1
+        return self.pods.get(key)
+
+    def node_of(self, name: str) -> dict[str, Any] | None:
+        return self.nodes.get(name)
+
+
+def refusal(nodes: NodeFilter, the_pod: dict[str, Any]) -> str | None:
+    candidates, refused = nodes.candidates(the_pod, ["node-a"], (), ())
+    return None if candidates else refused["node-a"]
+
+
+def test_node_filter_counts_the_pods_bound_to_a_node_as_they_come_and_go() -> None:
+    lookups = Lookups()
+    nodes = NodeFilter(lookups.pod_of, lookups.node_of)
+    for name in ("ns/p1", "ns/p2", "ns/p3"):
+        lookups.pods[name] = pod(cpu="1")
+        nodes.place(name, "node-a")
+    assert refusal(nodes, pod(cpu="1")) == "Too many pods"
+    nodes.place("ns/p3", None)
+    assert refusal(nodes, pod(cpu="1")) is None
+    nodes.place("ns/p1", None)
+    nodes.place("ns/p2", None)
+    assert refusal(nodes, pod(cpu="4")) is None
+    nodes.place("ns/p1", "node-a")
+    assert refusal(nodes, pod(cpu="4")) == "Insufficient cpu"
+
+
+def test_forgotten_memos_are_built_again_from_the_pods() -> None:
+    lookups = Lookups()
+    nodes = NodeFilter(lookups.pod_of, lookups.node_of)
+    lookups.pods["ns/p1"] = pod(cpu="3")
+    nodes.place("ns/p1", "node-a")
+    assert refusal(nodes, pod(cpu="2")) == "Insufficient cpu"
+    reads = lookups.pod_reads
+    assert refusal(nodes, pod(cpu="2")) == "Insufficient cpu"
+    assert lookups.pod_reads == reads, "a repeated question is answered from the memo"
+    nodes.forget_memos()
+    assert refusal(nodes, pod(cpu="2")) == "Insufficient cpu"
+    assert lookups.pod_reads == reads + 1, "the node's pods are read again"
