@@ -53,6 +53,10 @@ WHY = {
     "resource.k8s.io/v1 allocations with shareID and consumedCapacity)",
     "/apis/coordination.k8s.io/v1": "leader election on a Lease",
 }
+IDLE_CONNECTION_KEEPALIVE_S = 3.0
+"""A pooled API connection idle this long closes: past a burst the pool shrinks back to
+what the lease renewals (every 2 s) and event writes use, and the burst's connections
+stop pinning memory the controller has freed."""
 
 
 class ApiUnsupportedError(DriverError):
@@ -174,7 +178,9 @@ async def run_controller(
 async def serve_controller(
     settings: ServiceSettings, kubeconfig: Path | None, stop: asyncio.Event
 ) -> None:
-    client = await KubeClient.from_kubeconfig(kubeconfig, component="controller")
+    client = await KubeClient.from_kubeconfig(
+        kubeconfig, component="controller", idle_keepalive_s=IDLE_CONNECTION_KEEPALIVE_S
+    )
     try:
         await run_controller(
             client,

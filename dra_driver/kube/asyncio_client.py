@@ -39,5 +39,6 @@ if "kubernetes" not in sys.modules:
 
 from kubernetes.aio import client as aio_client  # noqa: E402
 from kubernetes.aio import config as aio_config  # noqa: E402
+from kubernetes.aio.client import rest as aio_rest  # noqa: E402
 
-__all__ = ["aio_client", "aio_config"]
+__all__ = ["aio_client", "aio_config", "aio_rest"]

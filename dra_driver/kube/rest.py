@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 
 from dra_driver.errors import DriverError, TransientError
-from dra_driver.kube.asyncio_client import aio_client, aio_config
+from dra_driver.kube.asyncio_client import aio_client, aio_config, aio_rest
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -109,6 +109,24 @@ def object_path(collection: str, name: str) -> str:
     return f"{collection}/{quote(name, safe='')}"
 
 
+class _IdleConnectionsExpire(aio_rest.RESTClientObject):
+    """The client's pool, but an idle connection closes after `keepalive_s` (aiohttp keeps
+    one 15 s). A burst of requests opens connections the steady trickle afterwards never
+    needs; the pool hands out its oldest idle connection first, so a lease renewal every
+    2 s keeps several of them alive in turn, each holding the buffers and objects its
+    last response left, which pin memory the burst freed everywhere else."""
+
+    def __init__(self, configuration: aio_client.Configuration, keepalive_s: float) -> None:
+        super().__init__(configuration)
+        self.keepalive_s = keepalive_s
+
+    def _create_connector(self) -> aiohttp.TCPConnector:
+        """The library's connector (its pool size and TLS context), with our keepalive."""
+        return aiohttp.TCPConnector(
+            limit=self.maxsize, ssl=self.ssl_context, keepalive_timeout=self.keepalive_s
+        )
+
+
 class KubeClient:
     """A thin async client: GET/LIST/WATCH/POST/PATCH/PUT/DELETE on API paths.
 
@@ -132,10 +150,16 @@ class KubeClient:
 
     @classmethod
     async def from_kubeconfig(
-        cls, path: Path | None = None, request_timeout: float = 30.0, component: str | None = None
+        cls,
+        path: Path | None = None,
+        request_timeout: float = 30.0,
+        component: str | None = None,
+        *,
+        idle_keepalive_s: float | None = None,
     ) -> KubeClient:
         """From a kubeconfig file, or the in-cluster service account when None; `component`
-        names the caller in the User-Agent."""
+        names the caller in the User-Agent; `idle_keepalive_s` closes pooled connections
+        idle that long (aiohttp's 15 s when None)."""
         configuration = aio_client.Configuration()
         if path is None:
             aio_config.load_incluster_config(client_configuration=configuration)
@@ -144,7 +168,10 @@ class KubeClient:
                 config_file=str(path), client_configuration=configuration
             )
         user_agent = component_user_agent(component) if component else None
-        return cls(aio_client.ApiClient(configuration), request_timeout, user_agent=user_agent)
+        api_client = aio_client.ApiClient(configuration)
+        if idle_keepalive_s is not None:
+            api_client.rest_client = _IdleConnectionsExpire(configuration, idle_keepalive_s)
+        return cls(api_client, request_timeout, user_agent=user_agent)
 
     def for_component(self, component: str) -> KubeClient:
         """The same connection pool, but requests say `vgpu-dra-driver/<component>`; closing
