@@ -35,7 +35,7 @@ from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.leader import LeaderElector, LeaderSettings
-from dra_driver.kube.rest import KubeClient, NotFoundError
+from dra_driver.kube.rest import KubeClient, NotFoundError, forget_request_urls
 from dra_driver.process.allocator import release_free_memory
 from libvgpu.monitor import MetricsServer
 
@@ -187,10 +187,17 @@ async def serve_controller(
             settings,
             stop,
             after_sync=freeze_collected,
-            release_memory=release_free_memory,
+            release_memory=release_after_burst,
         )
     finally:
         await client.aclose()
+
+
+def release_after_burst() -> bool:
+    """Drop the URL library's memos of the burst's request URLs, whose objects would keep
+    arenas resident, then hand the C heap's free pages back; True if some went back."""
+    forget_request_urls()
+    return release_free_memory()
 
 
 def freeze_collected() -> None:

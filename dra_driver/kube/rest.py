@@ -8,6 +8,7 @@ error taxonomy.
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -107,6 +108,31 @@ def transport_failure(error: BaseException, timeout_s: float) -> str:
 def object_path(collection: str, name: str) -> str:
     """`<collection>/<name>` with the name escaped (names come from users)."""
     return f"{collection}/{quote(name, safe='')}"
+
+
+URL_CACHE_MODULES = ("yarl._url", "yarl._parse")
+"""Where aiohttp's URL library keeps its memo caches (`functools.lru_cache`, 128 entries
+each, keyed by the URL's text or its parts)."""
+
+
+def forget_request_urls() -> int:
+    """Empty the URL library's memo caches; returns how many entries went.
+
+    Every claim's status URL is new, so after a burst each cache holds the burst's last
+    128 URLs: parsed URL objects, their attribute dicts and strings, made at the end of
+    the burst and so scattered over the allocator's arenas, each keeping one resident
+    until the cache turns over, which in the quiet after a burst it never does."""
+    forgotten = 0
+    for name in URL_CACHE_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for value in vars(module).values():
+            if callable(getattr(value, "cache_clear", None)) and hasattr(value, "cache_info"):
+                forgotten += value.cache_info().currsize
+                value.cache_clear()
+    return forgotten
 
 
 class _IdleConnectionsExpire(aio_rest.RESTClientObject):
