@@ -23,10 +23,12 @@ precreated, each with a fresh controller process):
   bench waits until the controller's view is empty (no claim left in the API, no
   share left on any device in the controller's HAMi gauges) and it has given the
   freed memory back (`vgpu_controller_memory_releases` went up), and prints its RSS
-  then, and again SETTLE_S (30 s) later: the API connections the round opened stay
-  pooled, and until each has served a request after the burst, what its last response
-  left (parser, buffers, timers, all made in the burst) keeps the memory around it
-  resident. The second reading is the one the rounds are compared by.
+  then, and again SETTLE_S (30 s) later, once the API connections the round opened
+  have been idle long enough to close. The second reading is the one the rounds are
+  compared by, with what the controller uses at that moment (its
+  `vgpu_controller_python_allocated_blocks` and `vgpu_controller_c_heap_in_use_bytes`):
+  a leak grows those; RSS alone also grows with fragmentation (a 1 MiB arena with
+  one object left alive in it stays resident).
   Round 2 repeats round 1 so that growth shows: the RSS after freeing round 2 against
   round 1's (a leak would fill round 1's freed memory and lift round 2's peak);
   `--rounds 3` and more show whether any growth goes on or settles.
@@ -252,10 +254,29 @@ class Bench:
             tracker.on_pod(kind, pod)
 
 
+@dataclass(frozen=True)
+class LiveFigures:
+    """What the controller uses, fragmentation left out (its /metrics)."""
+
+    python_blocks: float
+    c_heap_mib: float
+
+    @classmethod
+    def scrape(cls, text: str) -> LiveFigures:
+        return cls(
+            counter_value(text, "vgpu_controller_python_allocated_blocks"),
+            counter_value(text, "vgpu_controller_c_heap_in_use_bytes") / 2**20,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.python_blocks:,.0f} Python blocks, C heap {self.c_heap_mib:.1f} MiB"
+
+
 @dataclass
 class RoundFigures:
     decisions: Buckets
     rss_after_free_mib: float
+    live_after_free: LiveFigures
 
 
 async def create_pods(bench: Bench, tracker: Tracker, mode: str, rate: float) -> float:
@@ -417,15 +438,16 @@ async def run_round(
     rss_released, _ = memory_mib(controller.pid)
     await asyncio.sleep(SETTLE_S)
     rss_freed, _ = memory_mib(controller.pid)
+    live = LiveFigures.scrape(await controller.metrics())
     cleanup_writes = ", ".join(
         f"{client} {sum(counts.values())}" for client, counts in sorted(cleanup.items())
     )
     print(
         f"  deleted; controller's view empty after {freed_s:.1f} s (writes meanwhile: "
         f"{cleanup_writes}); controller RSS then {rss_released:.0f} MiB, "
-        f"{SETTLE_S:.0f} s later {rss_freed:.1f} MiB"
+        f"{SETTLE_S:.0f} s later {rss_freed:.1f} MiB, of which in use: {live}"
     )
-    return RoundFigures(decisions, rss_freed)
+    return RoundFigures(decisions, rss_freed, live)
 
 
 def yield_cpu_to(pid: int, step: int) -> tuple[int, int]:
@@ -493,6 +515,17 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
         "  controller RSS after freeing each round: "
         + ", ".join(f"{mib:.1f}" for mib in freed)
         + f" MiB; growth over {steps or 'no later round'}"
+    )
+    live = [r.live_after_free for r in rounds]
+    live_steps = ", ".join(
+        f"round {n + 2} {after.python_blocks - before.python_blocks:+,.0f} blocks, "
+        f"{after.c_heap_mib - before.c_heap_mib:+.1f} MiB"
+        for n, (before, after) in enumerate(itertools.pairwise(live))
+    )
+    print(
+        "  in use after freeing each round (Python blocks, C heap MiB): "
+        + ", ".join(f"{r.python_blocks:,.0f} / {r.c_heap_mib:.1f}" for r in live)
+        + f"; growth over {live_steps or 'no later round'}"
     )
 
 

@@ -20,6 +20,7 @@ from prometheus_client.registry import Collector
 from api.quantity import MIB
 from controller.inventory import Inventory
 from dra_driver.engine.model import DeviceUsage
+from dra_driver.process.allocator import live_memory
 
 ZONE = "vGPU"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -153,6 +154,28 @@ class HamiSchedulerCollector(Collector):
         yield from (quota_used, quota_limit, duplicates)
 
 
+class LiveMemoryCollector(Collector):
+    """What the process uses, fragmentation left out: after a burst its RSS may stay up
+    while these fall back, which tells fragmentation from a leak."""
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return list(self.collect())
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        memory = live_memory()
+        yield GaugeMetricFamily(
+            "vgpu_controller_python_allocated_blocks",
+            "Blocks Python's allocator has handed out and not got back.",
+            value=memory.python_blocks,
+        )
+        if memory.c_heap_bytes is not None:
+            yield GaugeMetricFamily(
+                "vgpu_controller_c_heap_in_use_bytes",
+                "Bytes the C allocator (glibc) has handed out and not got back.",
+                value=memory.c_heap_bytes,
+            )
+
+
 class ControllerMetrics:
     """The controller's own series, plus HAMi's collector once a view is attached."""
 
@@ -192,6 +215,7 @@ class ControllerMetrics:
             "pods and claims were gone.",
             registry=registry,
         )
+        registry.register(LiveMemoryCollector())
         self._collector: HamiSchedulerCollector | None = None
 
     def attach_view(self, snapshot: Callable[[], ViewSnapshot]) -> None:

@@ -17,6 +17,12 @@ top: a block freed in the middle stays resident, kept for reuse. After each
 lies; the controller calls it once a burst's objects are gone.
 
 Under another C library (musl, macOS) nothing is changed.
+
+What the process holds resident is not what it uses: a 1 MiB arena of Python's
+allocator with one live object in it, or a free block glibc keeps in the heap, counts
+in RSS. `live_memory` reports what is in use (Python's allocated blocks, the C heap's
+used bytes), so a leak, which grows these, is told apart from fragmentation, which
+grows only RSS.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import ctypes
 import ctypes.util
 import functools
 import logging
+import sys
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,46 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 64 * 1024
 """Blocks from this size up are mapped on their own (glibc starts at 128 KiB; the
 figures above were measured with 64 KiB)."""
+
+
+class _Mallinfo2(ctypes.Structure):
+    """glibc's `struct mallinfo2` (malloc.h, glibc >= 2.33)."""
+
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class LiveMemory:
+    python_blocks: int
+    """Blocks Python's allocator has handed out and not got back (`sys.getallocatedblocks`)."""
+    c_heap_bytes: int | None
+    """Bytes glibc's malloc has handed out, in its heap or mapped on their own; None
+    without glibc 2.33."""
+
+
+def live_memory() -> LiveMemory:
+    """What the process uses now, fragmentation left out (see the module's docstring)."""
+    libc = _glibc()
+    c_heap: int | None = None
+    if libc is not None and hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+        info = libc.mallinfo2()
+        c_heap = info.uordblks + info.hblkhd
+    return LiveMemory(sys.getallocatedblocks(), c_heap)
 
 
 @functools.cache
