@@ -72,9 +72,10 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from controller_bench_cluster import (
     CLAIMS,
@@ -109,6 +110,7 @@ from simulator.dra import SCHEDULER_INITIAL_BACKOFF_S, SCHEDULER_MAX_BACKOFF_S, 
 from simulator.standins.claim_templates import ClaimTemplateController
 from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
 
+Figure = TypeVar("Figure")
 CREATE_CONCURRENCY = 32
 DECISION_GOAL_S = 0.005
 PEAK_RSS_GOAL_MIB = 400
@@ -506,26 +508,37 @@ async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Nam
         f"  controller peak RSS (VmHWM) {peak:.0f} MiB -> goal <= {PEAK_RSS_GOAL_MIB} MiB "
         f"{'met' if peak <= PEAK_RSS_GOAL_MIB else 'MISSED'}"
     )
-    freed = [r.rss_after_free_mib for r in rounds]
+    print_growth(
+        "controller RSS after freeing each round (MiB)",
+        [r.rss_after_free_mib for r in rounds],
+        lambda mib: f"{mib:.1f}",
+        lambda before, after: f"{after - before:+.1f} MiB",
+    )
+    print_growth(
+        "in use after freeing each round (Python blocks / C heap MiB)",
+        [r.live_after_free for r in rounds],
+        lambda live: f"{live.python_blocks:,.0f} / {live.c_heap_mib:.1f}",
+        lambda before, after: (
+            f"{after.python_blocks - before.python_blocks:+,.0f} blocks, "
+            f"{after.c_heap_mib - before.c_heap_mib:+.1f} MiB"
+        ),
+    )
+
+
+def print_growth(
+    title: str,
+    figures: list[Figure],
+    shown: Callable[[Figure], str],
+    step: Callable[[Figure, Figure], str],
+) -> None:
+    """One summary line: each round's figure, then what each round added to the one before."""
     steps = ", ".join(
-        f"round {n + 2} {after - before:+.1f} MiB"
-        for n, (before, after) in enumerate(itertools.pairwise(freed))
+        f"round {n + 2} {step(before, after)}"
+        for n, (before, after) in enumerate(itertools.pairwise(figures))
     )
     print(
-        "  controller RSS after freeing each round: "
-        + ", ".join(f"{mib:.1f}" for mib in freed)
-        + f" MiB; growth over {steps or 'no later round'}"
-    )
-    live = [r.live_after_free for r in rounds]
-    live_steps = ", ".join(
-        f"round {n + 2} {after.python_blocks - before.python_blocks:+,.0f} blocks, "
-        f"{after.c_heap_mib - before.c_heap_mib:+.1f} MiB"
-        for n, (before, after) in enumerate(itertools.pairwise(live))
-    )
-    print(
-        "  in use after freeing each round (Python blocks, C heap MiB): "
-        + ", ".join(f"{r.python_blocks:,.0f} / {r.c_heap_mib:.1f}" for r in live)
-        + f"; growth over {live_steps or 'no later round'}"
+        f"  {title}: {', '.join(shown(f) for f in figures)}; "
+        f"growth over {steps or 'no later round'}"
     )
 
 
