@@ -2,7 +2,8 @@
 
 Against the API emulator (in a thread of this process) a cluster of N Ready nodes x G
 GPUs (controller_bench_cluster.py), the real `dra-driver controller` as a subprocess
-(leader election on), and, in this process like the emulator, the kube-scheduler
+(leader election on; on jemalloc as its Deployment runs it, `JEMALLOC_ENV`, unless
+`--allocator pymalloc`), and, in this process like the emulator, the kube-scheduler
 stand-in (simulator.standins.dra_scheduler, controller-allocated mode: it binds pods
 and never allocates) and the kube-controller-manager stand-in that makes claims from
 ResourceClaimTemplates. Each stand-in and the controller send their own User-Agent,
@@ -27,8 +28,9 @@ precreated, each with a fresh controller process):
   have been idle long enough to close. The second reading is the one the rounds are
   compared by, with what the controller uses at that moment (its
   `vgpu_controller_python_allocated_blocks` and `vgpu_controller_c_heap_in_use_bytes`):
-  a leak grows those; RSS alone also grows with fragmentation (a 1 MiB arena with
-  one object left alive in it stays resident).
+  a leak grows those; RSS alone also grows with fragmentation (on Python's
+  allocator, a 1 MiB arena with one object left alive in it stays resident; on
+  jemalloc, Python's objects count in the C heap figure and its blocks are 0).
   Round 2 repeats round 1 so that growth shows: the RSS after freeing round 2 against
   round 1's (a leak would fill round 1's freed memory and lift round 2's peak);
   `--rounds 3` and more show whether any growth goes on or settles.
@@ -55,7 +57,7 @@ without a backlog.
 
     .venv/bin/python bench/controller_bench.py [--nodes 1000] [--gpus 8] [--pods 10000]
         [--rounds 2] [--claims both|templates|precreated] [--paced-pods 1000] [--rate 15]
-        [--replay-pods 10000] [--bench-niceness 10]
+        [--replay-pods 10000] [--allocator jemalloc|pymalloc] [--bench-niceness 10]
     .venv/bin/python bench/controller_bench.py --nodes 20 --pods 200 --paced-pods 100 \
         --replay-pods 200  # a quick check
 """
@@ -65,6 +67,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes.util
 import itertools
 import os
 import socket
@@ -72,7 +75,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,6 +94,7 @@ from controller_bench_cluster import (
     gauge_sum,
     histogram,
     interpolated_quantile,
+    label_value,
     memory_mib,
     percentile,
     pod_body,
@@ -105,6 +109,7 @@ from kubernetes import config as sync_config
 from controller.settings import ControllerSettings
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, NotFoundError
+from dra_driver.process.allocator import jemalloc_env
 from simulator.apiserver import APIServer, run_in_thread
 from simulator.dra import SCHEDULER_INITIAL_BACKOFF_S, SCHEDULER_MAX_BACKOFF_S, SCHEDULER_POLL_S
 from simulator.standins.claim_templates import ClaimTemplateController
@@ -173,8 +178,9 @@ class Tracker:
 class ControllerProcess:
     """The real `dra-driver controller`, its /metrics and its /proc figures."""
 
-    def __init__(self, kubeconfig: Path) -> None:
+    def __init__(self, kubeconfig: Path, env: Mapping[str, str]) -> None:
         self.kubeconfig = kubeconfig
+        self.env = env
         self.port = free_port()
         self.process: asyncio.subprocess.Process | None = None
 
@@ -207,7 +213,7 @@ class ControllerProcess:
                 str(self.port),
                 "--log-level",
                 "WARNING",
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
             )
             async with asyncio.timeout(LEADER_TIMEOUT_S):
                 await leases.wait_for(lambda store: bool(holders() - before))
@@ -472,17 +478,18 @@ def yield_cpu_to(pid: int, step: int) -> tuple[int, int]:
 
 
 async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Namespace) -> None:
-    controller = ControllerProcess(kubeconfig)
+    controller = ControllerProcess(kubeconfig, controller_env(args.allocator))
     started = time.perf_counter()
     await controller.start(bench.client)
     leading_s = time.perf_counter() - started
     settled_s = await wait_until_settled(controller, args.nodes * args.gpus)
     rss, _ = memory_mib(controller.pid)
     niceness = yield_cpu_to(controller.pid, args.bench_niceness)
+    allocator = label_value(await controller.metrics(), ALLOCATOR_SERIES, "allocator")
     print(
         f"[{mode}] controller leading after {leading_s:.1f} s, all {args.nodes * args.gpus} "
-        f"devices in its view {settled_s:.1f} s later, RSS {rss:.0f} MiB; niceness: "
-        f"controller {niceness[0]}, emulator and stand-ins {niceness[1]}"
+        f"devices in its view {settled_s:.1f} s later, RSS {rss:.0f} MiB, memory from "
+        f"{allocator}; niceness: controller {niceness[0]}, emulator and stand-ins {niceness[1]}"
     )
     try:
         rounds = [
@@ -596,6 +603,23 @@ async def run(args: argparse.Namespace) -> None:
             await asyncio.to_thread(sync_client.close)
 
 
+ALLOCATOR_SERIES = "vgpu_controller_memory_allocator_info"
+
+
+def controller_env(allocator: str) -> dict[str, str]:
+    """The controller's environment for `--allocator`: the Deployment's (JEMALLOC_ENV,
+    with this machine's library) or Python's default; exits if jemalloc is missing."""
+    if allocator == "pymalloc":
+        return {}
+    library = ctypes.util.find_library("jemalloc")
+    if library is None:
+        sys.exit(
+            "controller_bench: jemalloc is not installed, and the controller is deployed on "
+            "it (Debian/Ubuntu: apt-get install libjemalloc2); or pass --allocator pymalloc"
+        )
+    return jemalloc_env(library)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=1000)
@@ -609,6 +633,13 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=15.0, help="paced pods offered per second")
     parser.add_argument(
         "--replay-pods", type=int, default=10000, help="decisions replayed in-process (0: none)"
+    )
+    parser.add_argument(
+        "--allocator",
+        choices=("jemalloc", "pymalloc"),
+        default="jemalloc",
+        help="what serves the controller's memory: jemalloc preloaded, as deployed "
+        "(Debian/Ubuntu: apt-get install libjemalloc2), or Python's default",
     )
     parser.add_argument(
         "--bench-niceness",

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from dra_driver.kube.rest import KubeClient
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, build_resource_slices
@@ -172,6 +174,15 @@ def series_count(text: str, name: str) -> int:
     """How many label sets a metric has."""
     prefix = f"{name}{{"
     return sum(1 for line in text.splitlines() if line.startswith(prefix))
+
+
+def label_value(text: str, name: str, label: str) -> str:
+    """`label` of the first sample of `name` (an info series); "unknown" if none."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and label in sample.labels:
+                return sample.labels[label]
+    return "unknown"
 
 
 def counter_value(text: str, name: str) -> float:

@@ -114,10 +114,11 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
 
 def _run(args: argparse.Namespace) -> int:
     from controller.service import serve_controller
-    from dra_driver.process.allocator import fix_mmap_threshold
+    from dra_driver.process.allocator import fix_mmap_threshold, warn_if_objects_on_glibc
     from dra_driver.process.runtime import configure_logging, run_until_signalled
 
     configure_logging(args.log_level)
+    warn_if_objects_on_glibc()
     fix_mmap_threshold()
     settings = settings_from_args(args)
     return run_until_signalled(lambda stop: serve_controller(settings, args.kubeconfig, stop))

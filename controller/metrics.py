@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from api.quantity import MIB
 from controller.inventory import Inventory
 from dra_driver.engine.model import DeviceUsage
-from dra_driver.process.allocator import live_memory
+from dra_driver.process.allocator import allocator_in_use, live_memory
 
 ZONE = "vGPU"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -163,6 +163,13 @@ class LiveMemoryCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         memory = live_memory()
+        allocator = GaugeMetricFamily(
+            "vgpu_controller_memory_allocator_info",
+            "What serves the process's memory (jemalloc as deployed, or Python's and glibc's).",
+            labels=("allocator",),
+        )
+        allocator.add_metric([allocator_in_use()], 1)
+        yield allocator
         yield GaugeMetricFamily(
             "vgpu_controller_python_allocated_blocks",
             "Blocks Python's allocator has handed out and not got back.",
@@ -171,7 +178,7 @@ class LiveMemoryCollector(Collector):
         if memory.c_heap_bytes is not None:
             yield GaugeMetricFamily(
                 "vgpu_controller_c_heap_in_use_bytes",
-                "Bytes the C allocator (glibc) has handed out and not got back.",
+                "Bytes the C allocator (jemalloc or glibc) has handed out and not got back.",
                 value=memory.c_heap_bytes,
             )
 
