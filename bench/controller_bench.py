@@ -67,22 +67,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes.util
 import itertools
-import os
-import socket
-import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from controller_bench_cluster import (
     CLAIMS,
-    NAMESPACE,
     PODS,
     SIZES_GIB,
     Buckets,
@@ -103,13 +97,19 @@ from controller_bench_cluster import (
     template_name,
     write_lines,
 )
+from controller_bench_process import (
+    ALLOCATOR_SERIES,
+    LEADER_TIMEOUT_S,
+    ControllerProcess,
+    controller_env,
+    yield_cpu_to,
+)
 from controller_bench_replay import replay_decisions
 from kubernetes import config as sync_config
 
 from controller.settings import ControllerSettings
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, NotFoundError
-from dra_driver.process.allocator import jemalloc_env
 from simulator.apiserver import APIServer, run_in_thread
 from simulator.dra import SCHEDULER_INITIAL_BACKOFF_S, SCHEDULER_MAX_BACKOFF_S, SCHEDULER_POLL_S
 from simulator.standins.claim_templates import ClaimTemplateController
@@ -131,14 +131,6 @@ reading. aiohttp reuses the pooled connection idle the longest and closes one id
 15 s, so in that time each connection a burst opened either serves one of the lease
 renewals (every 2 s) or is closed, and the parser, buffers and timers the burst's last
 response left on it go."""
-LEADER_TIMEOUT_S = 120
-LEASES = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -173,71 +165,6 @@ class Tracker:
     def _check(self) -> None:
         if len(self.allocated) >= self.expected and len(self.bound) >= self.expected:
             self.done.set()
-
-
-class ControllerProcess:
-    """The real `dra-driver controller`, its /metrics and its /proc figures."""
-
-    def __init__(self, kubeconfig: Path, env: Mapping[str, str]) -> None:
-        self.kubeconfig = kubeconfig
-        self.env = env
-        self.port = free_port()
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self, client: KubeClient) -> None:
-        """Start it and wait until it leads: a Lease held by a holder that held none
-        before (it checked the API and serves /metrics; an earlier mode's controller
-        released its own on exit)."""
-        leases = Informer(client, LEASES)
-        task = asyncio.create_task(leases.run())
-
-        def holders() -> set[str]:
-            return {
-                (lease.get("spec") or {}).get("holderIdentity") or ""
-                for lease in leases.store.values()
-            }
-
-        try:
-            await leases.synced.wait()
-            before = holders() | {""}
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "dra_driver.cli",
-                "controller",
-                "--kubeconfig",
-                str(self.kubeconfig),
-                "--metrics-host",
-                "127.0.0.1",
-                "--metrics-port",
-                str(self.port),
-                "--log-level",
-                "WARNING",
-                env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
-            )
-            async with asyncio.timeout(LEADER_TIMEOUT_S):
-                await leases.wait_for(lambda store: bool(holders() - before))
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    async def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.port}/metrics"
-        return await asyncio.to_thread(
-            lambda: urllib.request.urlopen(url, timeout=60).read().decode()
-        )
-
-    async def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        with contextlib.suppress(ProcessLookupError):
-            await self.process.wait()
 
 
 @dataclass
@@ -458,25 +385,6 @@ async def run_round(
     return RoundFigures(decisions, rss_freed, live)
 
 
-def yield_cpu_to(pid: int, step: int) -> tuple[int, int]:
-    """Put every thread of this process (emulator, stand-ins, client) `step` niceness
-    levels below the controller (at most 19); (controller's, this process's) niceness.
-
-    On a cluster the API server and kube-scheduler run elsewhere; here they share two
-    cores with the controller, and at equal priority their threads preempt it in the
-    middle of decisions: measured per decision, every decision over 5 ms had spent
-    over 3 ms of it off the CPU (CPU time p99 1.2 ms). Raising niceness needs no
-    privilege; a thread started later inherits it from the one that starts it.
-    """
-    controller = os.getpriority(os.PRIO_PROCESS, pid)
-    target = min(19, controller + step)
-    for tid in os.listdir("/proc/self/task"):
-        with contextlib.suppress(ProcessLookupError):
-            if os.getpriority(os.PRIO_PROCESS, int(tid)) < target:
-                os.setpriority(os.PRIO_PROCESS, int(tid), target)
-    return controller, target
-
-
 async def run_mode(bench: Bench, kubeconfig: Path, mode: str, args: argparse.Namespace) -> None:
     controller = ControllerProcess(kubeconfig, controller_env(args.allocator))
     started = time.perf_counter()
@@ -601,23 +509,6 @@ async def run(args: argparse.Namespace) -> None:
             await templates.aclose()
             await client.aclose()
             await asyncio.to_thread(sync_client.close)
-
-
-ALLOCATOR_SERIES = "vgpu_controller_memory_allocator_info"
-
-
-def controller_env(allocator: str) -> dict[str, str]:
-    """The controller's environment for `--allocator`: the Deployment's (JEMALLOC_ENV,
-    with this machine's library) or Python's default; exits if jemalloc is missing."""
-    if allocator == "pymalloc":
-        return {}
-    library = ctypes.util.find_library("jemalloc")
-    if library is None:
-        sys.exit(
-            "controller_bench: jemalloc is not installed, and the controller is deployed on "
-            "it (Debian/Ubuntu: apt-get install libjemalloc2); or pass --allocator pymalloc"
-        )
-    return jemalloc_env(library)
 
 
 def main() -> None:

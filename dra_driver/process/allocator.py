@@ -11,7 +11,8 @@ free memory by the page, however its neighbours are used, so a survivor pins
 4 KiB rather than 1 MiB; `release_free_memory` purges every free page at once
 (`arena.<all>.purge`) and `background_thread` with `dirty_decay_ms` returns what is
 freed later. At 1,000 nodes the RSS after freeing each 10,000-pod round stayed
-within a few MiB across rounds, for about a third more CPU per allocation
+within a few MiB across rounds, for up to a third more CPU per allocation with
+claims from templates and none measured with pre-created ones
 (bench/controller_bench.py).
 
 **glibc, without it.** glibc's malloc serves a block of 128 KiB or more with its own
@@ -160,8 +161,10 @@ def python_objects_on_pymalloc() -> bool:
     return sys.getallocatedblocks() > 0
 
 
+@functools.cache
 def allocator_in_use() -> str:
-    """What serves this process's memory, e.g. "jemalloc 5.3.0" or "pymalloc + glibc 2.36"."""
+    """What serves this process's memory, e.g. "jemalloc 5.3.0" or "pymalloc + glibc 2.36";
+    fixed when the process starts, so asked once (each /metrics scrape shows it)."""
     jemalloc = _jemalloc()
     libc = _glibc()
     if jemalloc is not None:
