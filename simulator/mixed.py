@@ -29,6 +29,7 @@ from typing import Any
 from controller.controller import FILTERING_FAILED, INVALID_PARAMETERS
 from dra_driver.status.command import StatusSettings, fetch_status
 from simulator.dra import DraCluster, dra_cluster
+from simulator.dra_simulation import SETTLE_POLL_S, DraTarget, pod_report, pods_and_reasons
 from simulator.legacy import (
     LegacyCluster,
     container_requests,
@@ -39,7 +40,6 @@ from simulator.legacy_tls import write_legacy_tls
 from simulator.legacy_vendors import ENABLED_FLAGS, device_config, managed_resources
 from simulator.progress import Steps
 from simulator.report import PodReport, SimulationReport, load_specs
-from simulator.run import SETTLE_POLL_S, DraTarget, pod_report, pods_and_reasons
 from simulator.settings import SimulationSettings, work_root
 from simulator.standins.admission import AdmissionClient, WebhookConfig
 from simulator.standins.kubelet_deviceplugin import KubeletDevicePlugin
@@ -133,8 +133,8 @@ async def _wait_claims_settled(
 ) -> list[tuple[dict[str, Any], str]]:
     """Until each DRA pod runs or the controller refused its claims, or the timeout.
 
-    Stricter than `run.wait_settled`: the mixed controller takes the node lock before it
-    writes, so kube-scheduler often reports a pod Unschedulable before its claim is
+    Stricter than `dra_simulation.wait_settled`: the mixed controller takes the node lock
+    before it writes, so kube-scheduler often reports a pod Unschedulable before its claim is
     allocated, and the legacy pods must meet the claims' allocations, not their absence.
     A component that died ends the wait with its error."""
     deadline = time.monotonic() + settings.settle_timeout_s

@@ -1,4 +1,4 @@
-"""`dra-driver simulate`: start, apply, wait until each pod runs or is refused, report.
+"""`dra-driver simulate`: run the chosen mode's simulation, then report.
 
 Progress goes to stderr so `-o json` on stdout stays machine-readable.
 """
@@ -8,233 +8,30 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from rich.console import Console
 
-from controller.object_state import STALE_CYCLE_MESSAGES
-from dra_driver.errors import InvalidParameterError
-from dra_driver.kube.rest import ApiError, KubeClient
-from dra_driver.objects.pod_claims import pod_claim_names
-from dra_driver.status.command import StatusSettings, fetch_status
-from dra_driver.status.model import newest_warning
-from simulator.attempts import Call, Identity
-from simulator.dra import DraCluster, dra_cluster
-from simulator.failures import run_as
-from simulator.progress import Steps, progress_display
-from simulator.report import (
-    PodReport,
-    SimulationReport,
-    container_report,
-    load_specs,
-    render_report,
-    spec_files,
-)
-from simulator.settings import Mode, SimulationSettings, work_root
-from simulator.tamper import CallAnswer, PlacedPod, run_attempts
-from simulator.workloads import Scenario, apply_workloads, load_scenario
+from simulator.dra_simulation import simulate
+from simulator.legacy import simulate_legacy
+from simulator.mixed import simulate_mixed
+from simulator.progress import progress_display
+from simulator.report import render_report
+from simulator.settings import Mode, SimulationSettings
+from simulator.workloads import load_scenario
 
-SETTLE_POLL_S = 0.1
-ADMIN_WORKLOADS = "simulate, applying the workloads as admin"
-ADMIN_WATCHING = "simulate, reading the pods as admin"
-ADMIN_STATUS = "simulate, reading the cluster status as admin"
-"""How the simulation's own requests are named when one fails."""
 PIPED_WIDTH = 160
-
-
-def _reason(
-    pod: Mapping[str, Any],
-    claims: Sequence[str],
-    events: list[dict[str, Any]],
-    *,
-    controller_allocated: bool,
-) -> str:
-    """The newest Warning on the pod or its claims, else kube-scheduler's verdict. Where
-    the controller allocates, a verdict from a cycle that saw the claims unallocated
-    (`cannot allocate all claims`) only says the controller has not written yet: the
-    controller's own FilteringFailed event is the reason when nothing fits."""
-    namespace = pod["metadata"]["namespace"]
-    reason = newest_warning(events, "Pod", namespace, {pod["metadata"]["name"]})
-    reason = reason or newest_warning(events, "ResourceClaim", namespace, set(claims))
-    if reason:
-        return reason
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            message = str(condition.get("message", ""))
-            if controller_allocated and any(text in message for text in STALE_CYCLE_MESSAGES):
-                return ""
-            return f"{condition.get('reason', '')}: {message}"
-    return ""
-
-
-def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
-    """Running, or refused: a reason, every claim made (until its template's claims exist
-    a pod only waits for them) and none allocated (an allocated one is on its way)."""
-    if (pod.get("status") or {}).get("phase") == "Running":
-        return True
-    return bool(reason) and not allocated and all(pod_claim_names(pod).values())
-
-
-class DraTarget:
-    """Where tamper attempts go in DRA: pods created as the tenant, then scheduled and
-    prepared by the stand-ins; the CDI spec's env replaces the container's."""
-
-    driver_env_wins = True
-
-    def __init__(self, cluster: DraCluster, timeout_s: float) -> None:
-        self.cluster = cluster
-        self.admin = cluster.client
-        self.identities = cluster.identities
-        self.timeout_s = timeout_s
-
-    async def place_pod(self, pod: dict[str, Any], namespace: str, identity: Identity) -> PlacedPod:
-        client = await self.identities.client(identity)
-        body = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
-        try:
-            await client.create(f"/api/v1/namespaces/{namespace}/pods", body)
-        except ApiError as error:
-            return PlacedPod(refusal=error.message)
-        key = (namespace, body["metadata"]["name"])
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            self.cluster.check_running()
-            ((stored, reason, allocated),) = await pods_and_reasons(
-                self.admin, {key}, controller_allocated=self.cluster.controller is not None
-            )
-            prepared = [n.pods.prepared.get("/".join(key)) for n in self.cluster.nodes]
-            failed = any(record is not None and record.error for record in prepared)
-            if failed or _settled(stored, reason, allocated) or time.monotonic() >= deadline:
-                break
-            await asyncio.sleep(SETTLE_POLL_S)
-        # Only the pod's node holds its CDI specs (reading every node's: 1,000 directories).
-        on_node = (stored.get("spec") or {}).get("nodeName")
-        registry = load_specs(n.cdi_dir for n in self.cluster.nodes if n.name == on_node)
-        return PlacedPod(stored=stored, report=pod_report(self.cluster, stored, reason, registry))
-
-    async def call(self, call: Call, identity: Identity | None, namespace: str) -> CallAnswer:
-        raise InvalidParameterError("spec.call", "DRA mode runs no legacy scheduler to call")
-
-
-async def pods_and_reasons(
-    client: KubeClient, names: set[tuple[str, str]], *, controller_allocated: bool = True
-) -> list[tuple[dict[str, Any], str, bool]]:
-    """Each pod, why it waits (if it does), and whether any of its claims is allocated."""
-    pods = (await client.list("/api/v1/pods")).get("items") or []
-    events = (await client.list("/api/v1/events")).get("items") or []
-    claims = (await client.list("/apis/resource.k8s.io/v1/resourceclaims")).get("items") or []
-    allocated = {
-        (c["metadata"]["namespace"], c["metadata"]["name"])
-        for c in claims
-        if (c.get("status") or {}).get("allocation")
-    }
-    view = []
-    for pod in pods:
-        namespace = pod["metadata"]["namespace"]
-        if (namespace, pod["metadata"]["name"]) not in names:
-            continue
-        claim_names = [c for c in pod_claim_names(pod).values() if c]
-        any_allocated = any((namespace, name) in allocated for name in claim_names)
-        reason = _reason(pod, claim_names, events, controller_allocated=controller_allocated)
-        view.append((pod, reason, any_allocated))
-    return view
-
-
-async def wait_settled(
-    cluster: DraCluster, names: set[tuple[str, str]], timeout_s: float, on_progress: Any
-) -> list[tuple[dict[str, Any], str]]:
-    """Until every pod runs or has a reason not to, or the timeout; the last view either
-    way. A component's task that died ends the wait with its error."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        cluster.check_running()
-        controller_allocated = cluster.controller is not None
-        view = await run_as(
-            ADMIN_WATCHING,
-            pods_and_reasons(cluster.client, names, controller_allocated=controller_allocated),
-        )
-        settled = sum(_settled(*entry) for entry in view)
-        on_progress(settled, len(names))
-        if settled == len(names) or time.monotonic() >= deadline:
-            return [(pod, reason) for pod, reason, _ in view]
-        await asyncio.sleep(SETTLE_POLL_S)
-
-
-def pod_report(
-    cluster: DraCluster, pod: Mapping[str, Any], reason: str, registry: Mapping[str, Any]
-) -> PodReport:
-    metadata, spec = pod["metadata"], pod.get("spec") or {}
-    key = f"{metadata['namespace']}/{metadata['name']}"
-    node = spec.get("nodeName") or ""
-    phase = (pod.get("status") or {}).get("phase") or "Pending"
-    report = PodReport(metadata["namespace"], metadata["name"], node, phase, reason=reason)
-    prepared = next((n.pods.prepared.get(key) for n in cluster.nodes if n.name == node), None)
-    if prepared is None:
-        report.claims = {k: v for k, v in pod_claim_names(pod).items() if v}
-        return report
-    report.claims = dict(prepared.claims)
-    if prepared.error:
-        report.reason = report.reason or prepared.error
-        return report
-    report.containers = {
-        name: container_report(ids, registry) for name, ids in prepared.containers.items()
-    }
-    report.spec_files = spec_files((i for ids in prepared.cdi_ids.values() for i in ids), registry)
-    return report
-
-
-async def simulate(
-    settings: SimulationSettings, scenario: Scenario, progress: Any
-) -> SimulationReport:
-    started = time.monotonic()
-    step = Steps(progress)
-    with work_root(settings) as root:
-        async with dra_cluster(settings, root, step) as cluster:
-            workloads = scenario.workloads
-            step(f"applying {len(workloads)} objects")
-            await run_as(
-                ADMIN_WORKLOADS, apply_workloads(cluster.client, workloads, settings.namespace)
-            )
-            names = {
-                (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"
-            }
-            view = await wait_settled(
-                cluster,
-                names,
-                settings.settle_timeout_s,
-                lambda done, total: step.count("pods settled", done, total),
-            )
-            step("reading the result")
-            registry = load_specs(node.cdi_dir for node in cluster.nodes)
-            pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
-            target = DraTarget(cluster, settings.settle_timeout_s)
-            attempts = await run_attempts(target, scenario.attempts, settings.namespace, step)
-            step("reading the cluster's status")
-            status = await run_as(ADMIN_STATUS, fetch_status(cluster.client, StatusSettings()))
-    return SimulationReport(
-        settings.mode.value,
-        status,
-        sorted(pods, key=lambda p: (p.namespace, p.name)),
-        time.monotonic() - started,
-        kept=settings.work_dir is not None,
-        attempts=attempts,
-    )
 
 
 def run_simulation(settings: SimulationSettings, output: str) -> int:
     """Exit status: 0 when every pod started or was refused with a reason and every tamper
     attempt was refused or neutralised with a reason, 1 otherwise."""
-    if settings.mode is Mode.LEGACY:
-        from simulator.legacy import simulate_legacy
-
-        simulation = simulate_legacy
-    elif settings.mode is Mode.MIXED:
-        from simulator.mixed import simulate_mixed
-
-        simulation = simulate_mixed
-    else:
-        simulation = simulate
+    simulations = {
+        Mode.DRA: simulate,
+        Mode.DRA_SCHEDULER: simulate,
+        Mode.LEGACY: simulate_legacy,
+        Mode.MIXED: simulate_mixed,
+    }
+    simulation = simulations[settings.mode]
     scenario = load_scenario(
         settings.workload_files(), settings.mode.value, tuple(mode.value for mode in Mode)
     )
