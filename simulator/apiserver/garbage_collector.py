@@ -12,13 +12,11 @@ write that triggered it. Nothing here awaits.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import ApiError
+from .object_writes import ObjectWrites
 from .store import DELETED, MODIFIED, owner_uids
-
-if TYPE_CHECKING:
-    from .cluster import Cluster
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -28,7 +26,7 @@ class GarbageCollector:
     """Collects the dependents of deleted owners; `Cluster.delete` asks it for Orphan and
     Foreground deletes, the storage's removals reach it through `object_removed`."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ObjectWrites) -> None:
         self._cluster = cluster
         self.storage = cluster.storage
 

@@ -9,24 +9,22 @@ the Cluster (commit, delete, remove, schedule). Nothing here awaits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dra_driver.objects.api_time import api_time
 
 from .errors import ApiError, not_found
+from .object_writes import ObjectWrites
 from .policy_matching import UPDATE
 from .registry import ResourceType
 from .store import MODIFIED
 from .write_checks import check_type, target
 
-if TYPE_CHECKING:
-    from .cluster import Cluster
-
 
 class NamespaceController:
     """The namespaces being terminated and what finishes them."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: ObjectWrites) -> None:
         self._cluster = cluster
         self._namespaces = cluster.storage.registry.get("", "v1", "namespaces")
         self._terminating: set[str] = set()
