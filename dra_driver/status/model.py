@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from api.hami_annotations import (
@@ -40,67 +40,13 @@ from dra_driver.status.enforcement import (
     opt_out_reports,
 )
 from dra_driver.status.summary import cluster_totals, summarize_nodes
+from dra_driver.status.views import GpuView, PendingClaimView, ShareView
 
 DRA = "dra"
 LEGACY = "legacy"
 MIXED = "mixed"
 """A GPU's mode when its node serves it both ways; each share then says its own."""
 _TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(slots=True)
-class ShareView:
-    """One holder's share of a GPU: a claim (DRA) or a pod's container set (legacy)."""
-
-    mode: str
-    namespace: str
-    holder: str
-    """The claim name (DRA) or the pod name (legacy)."""
-    pods: list[str]
-    memory_bytes: int
-    cores: int
-    enforced: bool = True
-    """False: the limits do not hold, the memory and cores are accounting only (a
-    libvgpu opt-out on an NVIDIA card, or a family nothing in the container enforces)."""
-    enforcement_note: str = ""
-    """Why enforcement is off, or why an opt-out the holder asked for is not in effect."""
-    enforced_by: str = LIBVGPU
-    """Who holds the share to its limits: HAMi-core (libvgpu) for NVIDIA cards, else the
-    family's entry in `dra_vendors` (`Ascend runtime (vNPU template)`, `accounting only`)."""
-
-
-@dataclass(slots=True)
-class GpuView:
-    node: str
-    device: str
-    """The ResourceSlice device name (DRA) or the GPU UUID (legacy)."""
-    uuid: str
-    type: str
-    mode: str
-    memory_bytes: int
-    cores: int
-    shares_total: int
-    healthy: bool = True
-    shares: list[ShareView] = field(default_factory=list)
-    vendor: str = ""
-    """The card's family: the device's `vendor` attribute (DRA), HAMi's register key (legacy)."""
-
-    @property
-    def allocated_memory_bytes(self) -> int:
-        return sum(share.memory_bytes for share in self.shares)
-
-    @property
-    def allocated_cores(self) -> int:
-        return sum(share.cores for share in self.shares)
-
-
-@dataclass(slots=True)
-class PendingClaimView:
-    namespace: str
-    name: str
-    pods: list[str]
-    reason: str
-    """The newest Warning event on the claim (or its pod), else why it is waiting."""
 
 
 @dataclass(slots=True)

@@ -26,7 +26,8 @@ from rich.text import Span, Text
 
 from dra_driver.objects.dra_vendors import LIBVGPU
 from dra_driver.status.columns import aligned
-from dra_driver.status.model import MIXED, ClusterStatus, GpuView, ShareView
+from dra_driver.status.model import MIXED, ClusterStatus
+from dra_driver.status.views import GpuView, ShareView
 
 GIB = 1 << 30
 BAR_WIDTH = 20

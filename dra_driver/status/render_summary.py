@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from dra_driver.status.columns import aligned
-from dra_driver.status.model import ClusterStatus, PendingClaimView
+from dra_driver.status.model import ClusterStatus
 from dra_driver.status.render import LIMITS_OFF, gib, usage_bar
 from dra_driver.status.summary import (
     PENDING_SHOWN,
@@ -24,6 +24,7 @@ from dra_driver.status.summary import (
     cluster_totals,
     summarize_nodes,
 )
+from dra_driver.status.views import PendingClaimView
 
 SUMMARY_BAR_WIDTH = 10
 COLUMNS = ("NODE", "GPUS", "MODE", "MEMORY", "CORES", "HOLDERS")

@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from dra_driver.status.model import GpuView, PendingClaimView
+from dra_driver.status.views import GpuView, PendingClaimView
 
 PENDING_SHOWN = 5
 """Pending claims the summary lists by name; the count covers all of them."""

@@ -7,7 +7,8 @@ import io
 
 from rich.console import Console
 
-from dra_driver.status.model import ClusterStatus, GpuView, ShareView
+from dra_driver.status.model import ClusterStatus
+from dra_driver.status.views import GpuView, ShareView
 from simulator.report import SUMMARY_ABOVE_GPUS, render_gpus
 
 GIB = 1 << 30

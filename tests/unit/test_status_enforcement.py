@@ -19,8 +19,9 @@ from api.hami_annotations import (
 )
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
 from dra_driver.status.enforcement import LIMITS_KEPT, NOT_PREPARED
-from dra_driver.status.model import ShareView, build_status
+from dra_driver.status.model import build_status
 from dra_driver.status.render import render_data, render_text
+from dra_driver.status.views import ShareView
 
 DRIVER = "vgpu.hami.io"
 CLASS = "nvidia.vgpu.hami.io"

@@ -19,9 +19,6 @@ from api.hami_annotations import (
 )
 from dra_driver.status.model import (
     ClusterStatus,
-    GpuView,
-    PendingClaimView,
-    ShareView,
     build_status,
     claim_pods,
     newest_warning,
@@ -30,6 +27,7 @@ from dra_driver.status.model import (
 from dra_driver.status.render import render_data, render_text
 from dra_driver.status.render_summary import DETAILS, render_summary
 from dra_driver.status.summary import PENDING_SHOWN, cluster_totals, gpu_kind, summarize_nodes
+from dra_driver.status.views import GpuView, PendingClaimView, ShareView
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, build_resource_slices
 
