@@ -163,9 +163,10 @@ def fit_container(
         if picks is None:
             return None, reason
         by_id = {slot.device.id: slot for slot in ordered}
+        charge = vendor.charge_slots
         for grant in picks:
             slot = by_id[grant.uuid]
-            slot.used += 1
+            slot.used = charge(slot.used, ordered, request) if charge else slot.used + 1
             slot.memory += grant.memory_mib
             slot.cores += grant.cores
         granted.extend(picks)

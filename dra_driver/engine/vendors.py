@@ -3,9 +3,10 @@
 An adapter names the vendor's request type, its Kubernetes resource names and
 annotation keys, and how a registered device type is recognised. Most of
 HAMi's vendors share NVIDIA's request reading and its "standard Fit"; the few
-that differ plug in a hook (`read_request`, `fit`, `score`) instead of a copy
-of the NVIDIA path. The legacy scheduler's side of a vendor (node and pod
-annotations, webhook, lock) is its backend in `dra_driver.engine.vendor_backends`.
+that differ plug in a hook (`read_request`, `fit`, `charge_slots`, `score`)
+instead of a copy of the NVIDIA path. The legacy scheduler's side of a vendor
+(node and pod annotations, webhook, lock) is its backend in
+`dra_driver.engine.vendor_backends`.
 """
 
 from __future__ import annotations
@@ -54,6 +55,14 @@ class DeviceFit(Protocol):
         ctx: FitContext,
         earlier: Sequence[ContainerGrants],
     ) -> tuple[list[Grant] | None, str]: ...
+
+
+class SlotCharge(Protocol):
+    """A vendor's AddResourceUsage where a grant takes more than HAMi's one slot
+    (`Used++`): the card's `used` after one grant of `request`, Fit having seen
+    `slots`. Memory and cores are charged as for every vendor."""
+
+    def __call__(self, used: int, slots: Sequence[Slot], request: DeviceRequest) -> int: ...
 
 
 class NodeScorer(Protocol):
@@ -143,6 +152,8 @@ class VendorAdapter:
     """None: ScoreNode is 0, as for NVIDIA."""
     usage_score: UsageScorer | None = None
     """None: no ScoreNode over the usage before the pod."""
+    charge_slots: SlotCharge | None = None
+    """None: each grant takes one of its card's slots while the pod is fitted."""
 
     def matches(self, device_type: str) -> bool:
         """HAMi's getNodeResources: the device type contains the vendor name."""

@@ -8,6 +8,9 @@ MiB, and `enflame.com/gcu-core`, percent). Unlike the standard Fit, a profile
 is chosen first, the smallest that holds the request (`ModeNotFit` when none
 does), then the first card that can take it. A grant holds the profile's
 memory (GB x 1024 MiB) and core share (slices / most slices, rounded up).
+While the pod is fitted, a grant takes its profile's slices of the card's
+slots (HAMi's AddResourceUsage), so its next container meets the card's slice
+capacity; a placed pod counts one slot per container, as HAMi's pod cache does.
 The pod keys are only `hami.io/enflame-vgpu-devices-allocated` plus the
 plugin's `enflame.com/gcu-assigned-*` and `assigned-containers`. No lock.
 Reference: hami-vendors.md (Enflame DRS).
@@ -176,6 +179,18 @@ def drs_fit(
     return None, reasons.format_reason(failed, len(slots))
 
 
+def add_slices(used: int, slices: int) -> int:
+    """HAMi's AddResourceUsage on a card's `used`: the grant's slices (1 when it
+    names none), clamped at int32 as HAMi's `Used` is."""
+    return min(used + (slices if slices > 0 else 1), INT32_MAX)
+
+
+def drs_charge(used: int, slots: Sequence[Slot], request: DeviceRequest) -> int:
+    """`used` after one grant of `request`: plus the slices of the profile Fit chose."""
+    profile = _profile_for(slots, request)
+    return add_slices(used, profile.slices if profile is not None else 0)
+
+
 def _value(raw: Any) -> int | None:
     """Quantity's Value(): rounded up to a whole number (None when unreadable)."""
     try:
@@ -228,6 +243,7 @@ DRS = VendorAdapter(
     ),
     read_request=drs_request,
     fit=drs_fit,
+    charge_slots=drs_charge,
 )
 
 
