@@ -28,6 +28,7 @@ from dra_driver.engine.vendor_backends.registry import (
 )
 from dra_driver.errors import InvalidParameterError
 from dra_driver.migration.plan import WorkloadPlan, build_plan
+from dra_driver.objects.migration import POD_CLAIM_NAME
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -199,6 +200,16 @@ def render_text(plans: list[WorkloadPlan], console: Console) -> None:
     for plan in plans:
         data = plan.to_data()
         workload = f"{plan.kind}/{plan.name}"
+        if data["migrated"]:
+            table.add_row(
+                plan.namespace,
+                workload,
+                "",
+                "[green]migrated[/green]",
+                "",
+                f"claim {POD_CLAIM_NAME} from {data['template']}",
+            )
+            continue
         if not plan.migration.translatable:
             for problem in data["problems"]:
                 table.add_row(

@@ -3,7 +3,9 @@
 A workload is a bare pod (one no controller owns) or the pod template of a
 Deployment, StatefulSet, DaemonSet or Job: the controller's pods are what the
 webhook would see, so their template is what would be migrated. Every answer
-is `dra_driver.objects.migration`'s, the one the `/migrate` webhook gives.
+is `dra_driver.objects.migration`'s, the one the `/migrate` webhook gives. A
+workload migrated already (it holds the migration's claim and no HAMi request)
+is listed as done, so the plan shows progress rather than failures.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Job")
 
 @dataclass(frozen=True, slots=True)
 class WorkloadPlan:
-    """One workload and its migration (only workloads that ask for HAMi devices)."""
+    """One workload and its migration (only workloads that ask for HAMi devices, or did
+    and were migrated)."""
 
     namespace: str
     kind: str
@@ -34,7 +37,10 @@ class WorkloadPlan:
 
     @property
     def template(self) -> str | None:
-        """The ResourceClaimTemplate the webhook would write; None when not translatable."""
+        """The ResourceClaimTemplate the webhook would write, or the one a migrated
+        workload's claim comes from; None when not translatable."""
+        if self.migration.migrated_to is not None:
+            return self.migration.migrated_to
         if not self.migration.translatable:
             return None
         return template_name(build_claim_spec(self.migration))
@@ -45,6 +51,7 @@ class WorkloadPlan:
             "kind": self.kind,
             "name": self.name,
             "translatable": self.migration.translatable,
+            "migrated": self.migration.migrated_to is not None,
             "template": self.template,
             "requests": [
                 {
@@ -93,7 +100,7 @@ def build_plan(
             if kind == "Pod" and metadata.get("ownerReferences"):
                 continue
             migration = plan_migration(_pod_of(item, kind), backends)
-            if migration.needed:
+            if migration.needed or migration.migrated_to is not None:
                 plans.append(
                     WorkloadPlan(
                         metadata.get("namespace") or "", kind, metadata.get("name") or "", migration

@@ -119,6 +119,9 @@ class PodMigration:
 
     requests: tuple[ClaimRequestPlan, ...]
     problems: tuple[Untranslatable, ...] = ()
+    migrated_to: str | None = None
+    """Set when the pod was migrated already (it holds the migration's claim and asks for
+    nothing through HAMi): the ResourceClaimTemplate, or claim, that claim comes from."""
 
     @property
     def translatable(self) -> bool:
@@ -139,10 +142,6 @@ def plan_migration(pod: Mapping[str, Any], backends: BackendRegistry) -> PodMigr
     requests: list[ClaimRequestPlan] = []
     problems: list[Untranslatable] = []
     policy = _policy_config(annotations, problems)
-    if any(c.get("name") == POD_CLAIM_NAME for c in spec.get("resourceClaims") or []):
-        problems.append(
-            Untranslatable("spec.resourceClaims", f"already has a claim named {POD_CLAIM_NAME!r}")
-        )
     for kind, short in (("initContainers", "init"), ("containers", "ctr")):
         for position, container in enumerate(spec.get(kind) or []):
             where = f"spec.{kind}[{position}]"
@@ -165,6 +164,17 @@ def plan_migration(pod: Mapping[str, Any], backends: BackendRegistry) -> PodMigr
                     problems.append(plan)
                 else:
                     requests.append(plan)
+    claim = next(
+        (c for c in spec.get("resourceClaims") or [] if c.get("name") == POD_CLAIM_NAME), None
+    )
+    if claim is not None and not (requests or problems):
+        source = claim.get("resourceClaimTemplateName") or claim.get("resourceClaimName")
+        return PodMigration((), migrated_to=str(source or POD_CLAIM_NAME))
+    if claim is not None:
+        problems.insert(
+            0,
+            Untranslatable("spec.resourceClaims", f"already has a claim named {POD_CLAIM_NAME!r}"),
+        )
     return PodMigration(tuple(requests), tuple(problems))
 
 
