@@ -221,24 +221,30 @@ class KubeletPlugin:
         if isinstance(self.backend, NvmlBackend):
             self._tasks.append(asyncio.create_task(self._watch_xids(), name="xid watch"))
 
-    async def aclose(self, *, settle: bool = True) -> None:
-        """Stop; `settle=False` leaves grpc's cancelled call tasks to the caller's one
-        `settle_cancelled_grpc_calls` (each settle scans every task of the loop: per
-        server, a thousand plugins in one process took minutes)."""
+    async def aclose(self, *, settle: bool = True) -> list[grpc.aio.Server]:
+        """Stop; return the gRPC servers stopped. `settle=False` leaves their call tasks
+        and grpc's cancelled client calls to the caller, who awaits them for many plugins
+        at once (`await_server_calls`, then `settle_cancelled_grpc_calls`): each scans
+        every task of the loop, and per plugin a thousand plugins in one process took
+        minutes."""
         stop = stop_grpc_server if settle else _stop_server
         self._stop_threads.set()
         await cancel_and_wait(self._tasks)
         self._tasks = []
+        stopped = []
         for path, server in list(self._servers.items()):
             await stop(server, grace=1.0)
+            stopped.append(server)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         self._servers = {}
         for server in self._retired:
             await stop(server)
+            stopped.append(server)
         self._retired = []
         await self.events.aclose()
         await self.publisher.aclose()
+        return stopped
 
     async def __aenter__(self) -> KubeletPlugin:
         await self.start()

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient
-from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
+from dra_driver.process.grpc_tasks import await_server_calls, settle_cancelled_grpc_calls
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import CONTAINER_LIBRARY_PATH, LibvgpuPaths
@@ -293,5 +293,6 @@ async def stop_nodes(nodes: Sequence[SimNode]) -> None:
 
     await asyncio.gather(*(stop_kubelet(node) for node in nodes))
     await settle_cancelled_grpc_calls()
-    await asyncio.gather(*(node.plugin.aclose(settle=False) for node in nodes))
+    stopped = await asyncio.gather(*(node.plugin.aclose(settle=False) for node in nodes))
+    await await_server_calls([server for servers in stopped for server in servers])
     await settle_cancelled_grpc_calls()

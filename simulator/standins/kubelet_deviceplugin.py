@@ -27,7 +27,7 @@ import grpc
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from dra_driver.errors import DriverError
-from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
+from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls, stop_grpc_server
 from simulator.standins.kubelet_dra import finish_call, go_rpc_error
 
 KUBELET_SOCKET = "kubelet.sock"
@@ -125,7 +125,7 @@ class KubeletDevicePlugin:
 
     async def aclose(self) -> None:
         if self._server is not None:
-            await self._server.stop(None)
+            await stop_grpc_server(self._server)
             self._server = None
         for endpoint in list(self.endpoints.values()):
             await self._close(endpoint)
