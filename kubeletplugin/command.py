@@ -45,7 +45,7 @@ def _add_node_gpu_args(parser: EnvArgumentParser) -> None:
         "--lock-dir",
         env="VGPU_LOCK_DIR",
         default="/tmp/vgpulock",
-        help="host lock dir mounted into containers (made by install-libvgpu)",
+        help="host lock dir, mounted into containers at /tmp/vgpulock (made by install-libvgpu)",
     )
 
 

@@ -22,6 +22,7 @@ from enum import StrEnum
 from dra_driver.errors import InvalidParameterError
 from libvgpu.cache_paths import CacheLocation
 from libvgpu.settings import (
+    CONTAINER_LOCK_DIR,
     CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
     MEMORY_LIMIT_ENV,
@@ -182,5 +183,5 @@ def build_container_edits(shares: ShareSet, paths: LibvgpuPaths) -> ContainerEdi
     ]
     if not shares.disable_control:
         mounts.append(Mount(paths.host_preload_path, paths.container_preload_path, read_only=True))
-    mounts.append(Mount(paths.lock_dir, paths.lock_dir, read_only=False))
+    mounts.append(Mount(paths.lock_dir, CONTAINER_LOCK_DIR, read_only=False))
     return ContainerEdits(env=tuple(env), mounts=tuple(mounts))

@@ -19,6 +19,9 @@ CONTAINER_LIBRARY_PATH = "/usr/local/vgpu/libvgpu.so"
 """Where libvgpu.so appears in every container, whatever the host directory: the
 `ld.so.preload` that `install-libvgpu` writes names this path, so it cannot follow
 the host's layout (libvgpu's own `CUDA_REDIRECT` default)."""
+CONTAINER_LOCK_DIR = "/tmp/vgpulock"
+"""Where the lock directory appears in every container, whatever the host directory:
+HAMi-core builds that lock open `/tmp/vgpulock/lock` by this fixed path."""
 
 MEMORY_LIMIT_ENV = "CUDA_DEVICE_MEMORY_LIMIT"
 """HAMi-core's memory limit: global as is, per device ordinal with a `_<i>` suffix."""
@@ -52,8 +55,9 @@ class LibvgpuPaths:
     container_preload_path: str = "/etc/ld.so.preload"
     """The dynamic loader's system-wide preload list, mounted read-only over the image's."""
 
-    lock_dir: str = "/tmp/vgpulock"
-    """Host and container path of the lock directory older libvgpu builds require."""
+    lock_dir: str = CONTAINER_LOCK_DIR
+    """Host path of the lock directory older libvgpu builds require; containers see it at
+    CONTAINER_LOCK_DIR."""
 
     cache_root: str = "/usr/local/vgpu"
     """Host root of per-claim (`claims/`) and per-container (`containers/`) cache dirs."""

@@ -153,7 +153,7 @@ def test_paths_come_from_settings():
         (f"/var/lib/vgpu/claims/{CLAIM_UID}", f"/var/lib/vgpu/claims/{CLAIM_UID}"),
         ("/opt/hami/libvgpu.so", "/hami/libvgpu.so"),
         ("/opt/hami/ld.so.preload", "/etc/ld.so.preload"),
-        ("/run/vgpulock", "/run/vgpulock"),
+        ("/run/vgpulock", "/tmp/vgpulock"),
     ]
 
 
