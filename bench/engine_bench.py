@@ -28,7 +28,6 @@ import statistics
 import time
 
 from dra_driver.engine.engine import Engine, EngineSettings, fit_pod_on_node
-from dra_driver.engine.fit import FitContext
 from dra_driver.engine.model import Device, DeviceUsage, Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import (
@@ -37,6 +36,7 @@ from dra_driver.engine.requests import (
     DeviceRequest,
     PodRequest,
 )
+from dra_driver.engine.vendors import FitContext
 
 TYPES = ["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L40S"]
 A100_ONLY = DeviceFilters(use_types=("A100",))

@@ -22,7 +22,7 @@ from typing import Any
 
 from controller.inventory import ClaimUsage, Inventory, claim_usage, usage_by_node
 from dra_driver.engine.engine import Engine
-from dra_driver.engine.fit import Slot
+from dra_driver.engine.grants import Slot
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.kube.informer import object_key

@@ -31,7 +31,7 @@ from api.hami_annotations import (
     decode_pod_devices,
 )
 from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.usage import collapse_pod_usage
 from kubeletplugin.prepare_plan import ClaimPlan, DeviceCapacity
 

@@ -21,7 +21,7 @@ from typing import Any
 from api import hami_annotations as keys
 from api.hami_annotations import PodDevices
 from dra_driver.engine.engine import Placement
-from dra_driver.engine.fit import ContainerGrants, Grant
+from dra_driver.engine.grants import ContainerGrants, Grant
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.usage import collapse_pod_usage
 from dra_driver.engine.vendor_backends.base import VendorBackend

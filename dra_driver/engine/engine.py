@@ -26,13 +26,8 @@ import logging
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from dra_driver.engine.fit import (
-    FULL_CARD_CORES,
-    ContainerGrants,
-    FitContext,
-    Slot,
-    fit_container,
-)
+from dra_driver.engine.fit import FULL_CARD_CORES, fit_container
+from dra_driver.engine.grants import ContainerGrants, Slot
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.policy import (
     BINPACK,
@@ -53,7 +48,7 @@ from dra_driver.engine.single_request import (
     device_profile,
 )
 from dra_driver.engine.usage import collapse_pod_usage
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.vendors import FitContext, VendorRegistry
 
 log = logging.getLogger(__name__)
 

@@ -13,81 +13,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from itertools import combinations
 
 from dra_driver.engine import reasons
-from dra_driver.engine.model import Device, Node
-from dra_driver.engine.policy import SCORE_WEIGHT, GpuPolicy, device_sort_key
-from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
+from dra_driver.engine.model import Device
+from dra_driver.engine.policy import SCORE_WEIGHT, device_sort_key
 from dra_driver.engine.requests import (
     MEMORY_PERCENT_UNSET,
     ContainerRequest,
     DeviceFilters,
     DeviceRequest,
-    ScoringWeights,
 )
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.vendors import FitContext
 
 FULL_CARD_CORES = 100
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """One device given to one container: HAMi's ContainerDevice."""
-
-    uuid: str
-    vendor: str
-    memory_mib: int
-    cores: int
-    index: int
-    device_type: str = ""
-    """The `Type` the pod annotation names; empty: the vendor (request Type). AMD's
-    Fit names the card's registered type instead."""
-    tag: str = ""
-    """What later Fits of the device must know of the pod (kept in the device's
-    `DeviceUsage.tags`); empty: nothing (every vendor but Metax sGPU)."""
-
-
-ContainerGrants = tuple[Grant, ...]
-
-
-class Slot:
-    """A device and its running usage while a pod is being fitted."""
-
-    __slots__ = ("cores", "device", "memory", "score", "tags", "used")
-
-    def __init__(
-        self, device: Device, used: int, memory: int, cores: int, tags: tuple[str, ...] = ()
-    ) -> None:
-        self.device = device
-        self.used = used
-        self.memory = memory
-        self.cores = cores
-        self.tags = tags
-        """The tags of the shares committed on the device (`DeviceUsage.tags`); the pod
-        being fitted adds none, as HAMi adds no PodInfo for it."""
-        self.score = 0.0
-
-    def copy(self) -> Slot:
-        return Slot(self.device, self.used, self.memory, self.cores, self.tags)
-
-    @property
-    def holds_nothing(self) -> bool:
-        """No share, memory, cores or tag is committed on the device."""
-        return not (self.used or self.memory or self.cores or self.tags)
-
-
-@dataclass(frozen=True, slots=True)
-class FitContext:
-    """What stays fixed while one pod is fitted onto one node."""
-
-    node: Node
-    namespace: str
-    policy: GpuPolicy
-    weights: ScoringWeights
-    vendors: VendorRegistry
-    quota: QuotaLedger | None
 
 
 def type_allowed(filters: DeviceFilters, device: Device) -> bool:

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import FULL_CARD_CORES, Slot, type_and_mode_allowed, uuid_allowed
+from dra_driver.engine.fit import FULL_CARD_CORES, type_and_mode_allowed, uuid_allowed
+from dra_driver.engine.grants import Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.policy import GpuPolicy
 from dra_driver.engine.quota import QuotaLedger

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dra_driver.engine.fit import ContainerGrants
+from dra_driver.engine.grants import ContainerGrants
 from dra_driver.engine.model import DeviceUsage
 
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from api import hami_annotations as keys
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
+from dra_driver.engine.model import Node
+from dra_driver.engine.policy import GpuPolicy
+from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.requests import ContainerRequest, DeviceRequest, ScoringWeights
 from dra_driver.errors import InvalidParameterError
-
-if TYPE_CHECKING:
-    from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
-    from dra_driver.engine.model import Node
-    from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 
 
 class RequestReader(Protocol):
@@ -225,3 +225,16 @@ class VendorRegistry:
             raise InvalidParameterError(
                 "vendor", f"unknown vendor {name!r}; known: {', '.join(sorted(self._by_name))}"
             ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class FitContext:
+    """What stays fixed while one pod is fitted onto one node. It lives beside the
+    adapters because it carries their registry and every vendor's Fit hook takes it."""
+
+    node: Node
+    namespace: str
+    policy: GpuPolicy
+    weights: ScoringWeights
+    vendors: VendorRegistry
+    quota: QuotaLedger | None

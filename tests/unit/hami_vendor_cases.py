@@ -84,7 +84,7 @@ def container(limits: Mapping[str, str], requests: Mapping[str, str] | None = No
 
 def slots_of(devices: tuple[HamiDevice, ...]) -> list:
     """HAMi's DeviceUsage list as the engine's slots, in the same order."""
-    from dra_driver.engine.fit import Slot
+    from dra_driver.engine.grants import Slot
     from dra_driver.engine.model import Device
 
     return [
@@ -111,11 +111,11 @@ def slots_of(devices: tuple[HamiDevice, ...]) -> list:
 def run_fit(case: FitCase, adapter, quota=None, namespace: str = "default"):
     """The vendor's Fit (its hook, or the standard Fit) on the case, as HAMi's test calls
     it: devices in the given order, the pod's annotations read for filters and policy."""
-    from dra_driver.engine.fit import FitContext, fit_request
+    from dra_driver.engine.fit import fit_request
     from dra_driver.engine.model import Node
     from dra_driver.engine.policy import parse_gpu_policy
     from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
-    from dra_driver.engine.vendors import VendorRegistry
+    from dra_driver.engine.vendors import FitContext, VendorRegistry
     from dra_driver.objects.pod_workloads import vendor_filters
 
     slots = slots_of(case.devices)

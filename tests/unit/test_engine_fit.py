@@ -9,7 +9,7 @@ from engine_helpers import engine, gpu, node, pod, req
 
 from dra_driver.engine import reasons
 from dra_driver.engine.engine import Placement
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.requests import DeviceFilters

@@ -10,7 +10,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from dra_driver.engine.engine import Engine, EngineSettings, fit_pod_on_node
-from dra_driver.engine.fit import FitContext
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
@@ -23,6 +22,7 @@ from dra_driver.engine.requests import (
     ScoringWeights,
 )
 from dra_driver.engine.single_request import PodJudge
+from dra_driver.engine.vendors import FitContext
 
 TYPES = ["NVIDIA-A100-SXM4-80GB", "NVIDIA-Tesla-T4", "MOCK-GPU-16GB"]
 POLICIES = [None, "spread", "binpack", "mutex", "topology-aware", "binpack,numa"]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dra_driver.engine.engine import Engine, EngineSettings
-from dra_driver.engine.fit import Grant, Slot
+from dra_driver.engine.grants import Grant, Slot
 from dra_driver.engine.model import Device, DeviceUsage, Node
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.engine.requests import DeviceRequest, PodRequest

@@ -18,7 +18,7 @@ from controller.legacy.extender import pod_annotations
 from controller.legacy.inventory import read_node
 from controller.legacy.pod_usage import read_pod_allocation
 from dra_driver.engine.engine import Engine, Placement
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.requests import DeviceRequest, PodRequest
 from dra_driver.engine.vendor_backends.base import PatchContext

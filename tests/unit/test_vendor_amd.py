@@ -21,7 +21,7 @@ from hami_vendor_cases import (
     run_fit,
 )
 
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.vendor_backends.amd import AMDBackend, AMDConfig
 from dra_driver.errors import InvalidParameterError
 

@@ -20,7 +20,7 @@ from ascend_hami_configs import (
 from hami_vendor_cases import NO_REQUEST, HamiRequest, RequestCase, container
 
 from api import hami_annotations as keys
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.vendor_backends import ascend
 from dra_driver.engine.vendor_backends.ascend import AscendBackend

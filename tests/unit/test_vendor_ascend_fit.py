@@ -19,14 +19,14 @@ from ascend_hami_configs import ASCEND_910C_SUPERPOD, fit_configs
 from hami_vendor_cases import FitCase, HamiDevice
 
 from dra_driver.engine.engine import Engine, EngineSettings
-from dra_driver.engine.fit import FitContext, Grant, Slot
+from dra_driver.engine.grants import Grant, Slot
 from dra_driver.engine.model import Device, DeviceUsage, Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest, PodRequest
 from dra_driver.engine.vendor_backends import ascend
 from dra_driver.engine.vendor_backends.ascend import AscendBackend
 from dra_driver.engine.vendor_backends.ascend_chips import VnpuChip, VnpusConfig
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.vendors import FitContext, VendorRegistry
 from dra_driver.objects.pod_workloads import vendor_filters
 
 CHIPS = [VnpuChip.model_validate(config) for config in fit_configs()]

@@ -8,7 +8,7 @@ import pytest
 from hami_vendor_cases import HamiDevice, container
 from vendor_fit_helpers import run_fit
 
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends import aws_neuron
 from dra_driver.engine.vendor_backends.base import PatchContext

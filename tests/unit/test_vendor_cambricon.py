@@ -21,7 +21,7 @@ from hami_vendor_cases import (
 )
 
 from controller.legacy.quota import quota_limits
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendor_backends.base import LockKind
 from dra_driver.engine.vendor_backends.cambricon import (

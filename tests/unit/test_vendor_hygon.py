@@ -23,7 +23,7 @@ from hami_vendor_cases import (
     run_fit,
 )
 
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.vendor_backends.base import LockKind
 from dra_driver.engine.vendor_backends.hygon import HygonBackend, HygonConfig
 from dra_driver.engine.vendor_backends.registry import build_backends, read_sections

@@ -22,7 +22,7 @@ from hami_vendor_cases import (
     run_fit,
 )
 
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.vendor_backends.iluvatar import IluvatarBackend, IluvatarChip
 from dra_driver.engine.vendor_backends.registry import build_backends, read_sections
 from dra_driver.errors import InvalidParameterError

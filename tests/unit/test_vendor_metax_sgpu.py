@@ -18,7 +18,7 @@ import pytest
 from hami_vendor_cases import NO_REQUEST, FitCase, HamiDevice, HamiRequest, as_hami, container
 from vendor_fit_helpers import slots_of
 
-from dra_driver.engine.fit import FitContext, Grant, Slot
+from dra_driver.engine.grants import Grant, Slot
 from dra_driver.engine.model import Device, Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
@@ -46,7 +46,7 @@ from dra_driver.engine.vendor_backends.metax_sgpu_fit import (
     topology_scored,
 )
 from dra_driver.engine.vendor_backends.registry import build_backends, read_sections
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.vendors import FitContext, VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 

@@ -21,13 +21,13 @@ from hami_vendor_cases import (
 )
 
 from api import hami_annotations as keys
-from dra_driver.engine.fit import FitContext, Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.model import Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
 from dra_driver.engine.vendor_backends.base import LockKind, PatchContext
 from dra_driver.engine.vendor_backends.mthreads import MthreadsBackend
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.vendors import FitContext, VendorRegistry
 from dra_driver.errors import InvalidParameterError
 
 MTHREADS = "Mthreads"

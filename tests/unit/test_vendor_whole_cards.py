@@ -17,7 +17,7 @@ from hami_vendor_cases import (
     run_fit,
 )
 
-from dra_driver.engine.fit import Grant
+from dra_driver.engine.grants import Grant
 from dra_driver.engine.model import Device, Node
 from dra_driver.engine.vendor_backends.base import LockKind
 from dra_driver.engine.vendor_backends.biren import biren_backend

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 from hami_vendor_cases import HamiDevice
 
-from dra_driver.engine.fit import FitContext, Grant, Slot
+from dra_driver.engine.grants import Grant, Slot
 from dra_driver.engine.model import Device, Node
 from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.requests import DEFAULT_WEIGHTS, DeviceRequest
-from dra_driver.engine.vendors import VendorAdapter, VendorRegistry
+from dra_driver.engine.vendors import FitContext, VendorAdapter, VendorRegistry
 
 
 def slots_of(devices: Sequence[HamiDevice]) -> list[Slot]:

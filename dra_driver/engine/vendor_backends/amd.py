@@ -22,13 +22,8 @@ from typing import Any
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import (
-    ContainerGrants,
-    FitContext,
-    Grant,
-    Slot,
-    type_allowed,
-)
+from dra_driver.engine.fit import type_allowed
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
@@ -45,7 +40,7 @@ from dra_driver.engine.vendor_backends.reading import (
     limit_value,
     request_count,
 )
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 

@@ -42,7 +42,8 @@ from api.hami_annotations import AnnotationDecodeError, RegisteredDevice, decode
 from api.hami_annotations.go_compat import marshal_go_json
 from api.quantity import QuantityError, canonical_quantity, parse_quantity
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import FULL_CARD_CORES, ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.fit import FULL_CARD_CORES
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import chip_keys, vendor_resources
@@ -63,7 +64,7 @@ from dra_driver.engine.vendor_backends.base import (
 )
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
 from dra_driver.engine.vendor_backends.reading import INT32_MAX, resource_value
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_workloads import vendor_filters
 

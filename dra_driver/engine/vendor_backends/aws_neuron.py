@@ -22,7 +22,7 @@ from pydantic import Field
 
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import PinnedSection, vendor_keys, vendor_resources
@@ -38,7 +38,7 @@ from dra_driver.engine.vendor_backends.base import (
     node_quantity,
 )
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 from dra_driver.errors import InvalidParameterError
 
 NEURON_TYPE = "AWSNeuron"

@@ -40,7 +40,7 @@ from api.hami_annotations import (
     encode_pod_devices,
 )
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.fit import ContainerGrants, Grant
+from dra_driver.engine.grants import ContainerGrants, Grant
 from dra_driver.engine.model import HAMI_CORE_MODE, Device
 from dra_driver.engine.reasons import NODE_UNREGISTERED
 from dra_driver.engine.requests import ContainerRequest, PodRequest

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
-from dra_driver.engine.fit import ContainerGrants
+from dra_driver.engine.grants import ContainerGrants
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys
 from dra_driver.engine.vendor_backends.base import (
     NO_PATCH_CONTEXT,

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import (
@@ -30,7 +30,7 @@ from dra_driver.engine.vendor_backends.base import (
     VendorNodeDevices,
     whole_cards,
 )
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 
 GCU = "GCU"
 CARD_SIZE = 100

@@ -9,7 +9,8 @@ vendor's Fit states only the checks that are its own.
 from __future__ import annotations
 
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import Slot, uuid_allowed
+from dra_driver.engine.fit import uuid_allowed
+from dra_driver.engine.grants import Slot
 from dra_driver.engine.requests import DeviceFilters
 
 

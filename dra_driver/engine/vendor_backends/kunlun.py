@@ -28,7 +28,7 @@ from pydantic import Field
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from api.quantity import QuantityError, parse_quantity
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import ContainerRequest, DeviceFilters, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import PinnedSection, vendor_keys, vendor_resources
@@ -44,7 +44,7 @@ from dra_driver.engine.vendor_backends.base import (
     capacity_cards,
 )
 from dra_driver.engine.vendor_backends.reading import resource_value
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 
 WHOLE_TYPE = "kunlun"
 VXPU_TYPE = "XPU"

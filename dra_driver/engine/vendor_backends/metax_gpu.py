@@ -25,7 +25,8 @@ from typing import Any
 
 from pydantic import Field
 
-from dra_driver.engine.fit import ContainerGrants, fit_request
+from dra_driver.engine.fit import fit_request
+from dra_driver.engine.grants import ContainerGrants
 from dra_driver.engine.model import Node
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.engine.requests import ContainerRequest

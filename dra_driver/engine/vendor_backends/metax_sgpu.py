@@ -28,7 +28,7 @@ from pydantic import Field
 
 from api.quantity import QuantityError, canonical_quantity, parse_quantity
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, Grant
+from dra_driver.engine.grants import ContainerGrants, Grant
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import (

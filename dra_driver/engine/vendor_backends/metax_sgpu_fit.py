@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.model import Device
 from dra_driver.engine.policy import SPREAD
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
+from dra_driver.engine.vendors import FitContext
 
 METAX_SGPU = "Metax-SGPU"
 QOS_POLICY = "metax-tech.com/sgpu-qos-policy"

@@ -26,7 +26,8 @@ from typing import Any
 
 from api import hami_annotations as keys
 from api.quantity import QuantityError, parse_quantity
-from dra_driver.engine.fit import ContainerGrants, fit_request
+from dra_driver.engine.fit import fit_request
+from dra_driver.engine.grants import ContainerGrants
 from dra_driver.engine.model import Device
 from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ResourceSection, reading_with, vendor_keys

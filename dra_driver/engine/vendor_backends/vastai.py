@@ -26,13 +26,13 @@ from pydantic import Field
 
 from api.hami_annotations import RegisteredDevice, decode_node_devices_json
 from dra_driver.engine import reasons
-from dra_driver.engine.fit import ContainerGrants, FitContext, Grant, Slot
+from dra_driver.engine.grants import ContainerGrants, Grant, Slot
 from dra_driver.engine.model import Node
 from dra_driver.engine.requests import ContainerRequest, DeviceRequest
 from dra_driver.engine.vendor_backends.adapters import ConfigSection, vendor_keys, vendor_resources
 from dra_driver.engine.vendor_backends.base import BackendFamily, VendorBackend
 from dra_driver.engine.vendor_backends.fit_checks import sharing_refusal
-from dra_driver.engine.vendors import VendorAdapter
+from dra_driver.engine.vendors import FitContext, VendorAdapter
 
 VASTAI = "Vastai"
 DEVICE_CORES = 100
