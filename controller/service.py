@@ -1,7 +1,9 @@
 """`dra-driver controller` as a process: check the API, elect a leader, serve metrics, allocate.
 
-At start the controller checks that the API server offers what it needs and
-refuses to run, with a message that says what is missing, otherwise:
+At start the controller waits for the API server while it does not answer
+(`dra_driver.kube.api_wait`: logged, and /readyz says so), then checks that it
+offers what the controller needs and refuses to run, with a message that says
+what is missing, otherwise:
 resource.k8s.io/v1 with resourceclaims/status, resourceslices and
 deviceclasses (Kubernetes >= 1.34), and coordination.k8s.io/v1 leases. Once
 this driver's slices are published it also checks that the server kept the
@@ -33,10 +35,12 @@ from controller.controller import Controller
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError
+from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.leader import LeaderElector, LeaderSettings
 from dra_driver.kube.rest import KubeClient, NotFoundError, forget_request_urls
 from dra_driver.process.allocator import release_free_memory
+from dra_driver.process.runtime import finished_before_stop
 from libvgpu.monitor import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -120,6 +124,12 @@ async def check_slices(client: KubeClient, driver: str) -> None:
         raise ApiUnsupportedError("; ".join(problems))
 
 
+async def check_cluster(client: KubeClient, driver: str) -> None:
+    """Both checks: the attempt the controller waits on at start."""
+    await check_api(client)
+    await check_slices(client, driver)
+
+
 async def run_controller(
     client: KubeClient,
     settings: ServiceSettings,
@@ -127,23 +137,31 @@ async def run_controller(
     *,
     after_sync: Callable[[], None] | None = None,
     release_memory: Callable[[], bool] | None = None,
+    api_wait: ApiWait | None = None,
 ) -> None:
     """Check, then allocate while leader, until `stop` is set; `after_sync` is called
     each time a newly leading controller has listed everything, `release_memory` each
-    time a burst's objects are gone."""
-    await check_api(client)
-    await check_slices(client, settings.controller.driver)
+    time a burst's objects are gone; `api_wait` waits for the API server at start (and
+    says so on /readyz)."""
+    api_wait = api_wait or ApiWait(COMPONENT)
     registry = CollectorRegistry()
     metrics = ControllerMetrics(registry)
     identity = settings.leader.identity if settings.leader else COMPONENT
     recorder = EventRecorder(client, EventSettings(component=COMPONENT, instance=identity))
     recorder.start()
     server = (
-        MetricsServer(registry, *settings.metrics_address) if settings.metrics_address else None
+        MetricsServer(registry, *settings.metrics_address, readiness=api_wait.readiness)
+        if settings.metrics_address
+        else None
     )
     try:
         if server is not None:
             await server.start()
+        checked = api_wait.until_reachable(
+            lambda: check_cluster(client, settings.controller.driver)
+        )
+        if not await finished_before_stop(stop, checked):
+            return
 
         async def allocate() -> None:
             await Controller(

@@ -58,10 +58,12 @@ class MonitorSettings:
 
 
 class MetricsServer:
-    """Serves one registry, then any text sources, at `/metrics` (and `/healthz`).
+    """Serves one registry, then any text sources, at `/metrics` (and `/healthz`, `/readyz`).
 
     A text source returns ready-made exposition text for families the registry
-    does not hold (the monitor's vGPU series).
+    does not hold (the monitor's vGPU series). `readiness` says why the process is
+    not ready (None when it is): `/readyz` answers 503 with that reason, so a
+    component waiting for the API server is seen waiting, not dead.
     """
 
     def __init__(
@@ -70,8 +72,10 @@ class MetricsServer:
         host: str,
         port: int,
         text_sources: Sequence[Callable[[], str]] = (),
+        readiness: Callable[[], str | None] = lambda: None,
     ) -> None:
         self._registry = registry
+        self._readiness = readiness
         self._text_sources = tuple(text_sources)
         self._host = host
         self._port = port
@@ -87,6 +91,7 @@ class MetricsServer:
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
@@ -118,6 +123,12 @@ class MetricsServer:
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.Response(text="ok")
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        problem = self._readiness()
+        if problem is None:
+            return web.Response(text="ok")
+        return web.Response(text=problem, status=503)
 
 
 class VgpuMonitor:

@@ -2,10 +2,12 @@
 
 List, then watch from the list's resourceVersion with bookmarks; on 410 Gone
 relist and replay the difference as events; on transient errors back off
-(doubling, with jitter so replicas do not retry in step) and resume from the
-last resourceVersion seen. Handlers receive `(event_type, object)` with event
-types ADDED, MODIFIED, DELETED, so libvgpu's owner indexes, the DRA controller
-and the legacy extender are fed straight from it.
+(`dra_driver.kube.backoff`: doubling, with jitter so replicas do not retry in
+step, never longer than `max_retry_delay_s`) and resume from the last
+resourceVersion seen; an informer never gives up on an API server that is
+away. Handlers receive `(event_type, object)` with event types ADDED, MODIFIED,
+DELETED, so libvgpu's owner indexes, the DRA controller and the legacy
+extender are fed straight from it.
 
 The public surface is small on purpose: `run()` (a task), `synced`, `store`
 (key -> object, read-only for callers), `get(key)`, `wait_for(predicate)` and
@@ -18,12 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from dra_driver.errors import TransientError
+from dra_driver.kube.backoff import Backoff, BackoffSettings
 from dra_driver.kube.rest import GoneError, KubeClient
 
 log = logging.getLogger(__name__)
@@ -45,7 +47,7 @@ class InformerSettings:
     max_retry_delay_s: float = 30.0
 
     jitter: float = 0.5
-    """Each pause is stretched by a random factor in [1, 1 + jitter]."""
+    """Each pause is stretched by a random factor in [1, 1 + jitter] (then capped)."""
 
 
 def object_key(obj: dict[str, Any]) -> str:
@@ -82,20 +84,26 @@ class Informer:
 
     async def run(self) -> None:
         """Run until cancelled."""
-        delay = self.settings.retry_delay_s
+        settings = self.settings
+        backoff = Backoff(
+            BackoffSettings(settings.retry_delay_s, settings.max_retry_delay_s, settings.jitter)
+        )
         while True:
             try:
                 if not self.resource_version:
                     await self._relist()
                 await self._watch()
-                delay = self.settings.retry_delay_s
+                backoff.reset()
             except GoneError:
                 log.info("watch expired, relisting", extra={"path": self.path})
                 self.resource_version = ""
             except TransientError as error:
-                log.warning("watch interrupted", extra={"path": self.path, "error": str(error)})
-                await asyncio.sleep(delay * random.uniform(1.0, 1.0 + self.settings.jitter))
-                delay = min(delay * 2, self.settings.max_retry_delay_s)
+                delay = backoff.next_delay()
+                log.warning(
+                    "watch interrupted, retrying",
+                    extra={"path": self.path, "error": str(error), "retry_in_s": round(delay, 3)},
+                )
+                await asyncio.sleep(delay)
 
     def get(self, key: str) -> dict[str, Any] | None:
         """The cached object at `key` (`namespace/name`, or `name` when cluster-scoped)."""

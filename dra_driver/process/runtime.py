@@ -55,6 +55,19 @@ async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
     return True
 
 
+async def finished_before_stop(stop: asyncio.Event, work: Awaitable[None]) -> bool:
+    """Run `work` until it ends or `stop` is set, whichever comes first; True when it
+    ended (its error, if any, is raised), False when `stop` cancelled it. A component's
+    start that waits on the API server ends this way at SIGTERM, not at SIGKILL."""
+    working = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({working, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await cancel_and_wait([stopper, working])
+    return not working.cancelled()
+
+
 def run_until_signalled(main: Callable[[asyncio.Event], Awaitable[None]]) -> int:
     """Run `main(stop)` on a fresh loop; SIGINT/SIGTERM only set `stop`."""
 

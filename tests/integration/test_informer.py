@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,22 @@ async def test_informer_relists_after_dropped_watch_and_expired_version(cluster)
         assert ("DELETED", "gone") in events
     finally:
         await stop(task)
+
+
+async def test_informer_waits_out_an_api_server_that_answers_503_and_says_when_it_retries(
+    cluster, caplog: pytest.LogCaptureFixture
+):
+    server, client = cluster
+    caplog.set_level(logging.WARNING, logger="dra_driver.kube.informer")
+    await client.create(CONFIGMAPS, configmap("there"))
+    rule = server.faults.fail("/configmaps", verb="GET", status=503, times=6)
+    settings = InformerSettings(retry_delay_s=0.01, max_retry_delay_s=0.04, jitter=0)
+    informer = Informer(client, CONFIGMAPS, settings=settings)
+    task = await run_informer(informer)
+    try:
+        assert rule.hits == 6 and list(informer.store) == ["default/there"]
+    finally:
+        await stop(task)
+    retries = [r for r in caplog.records if r.getMessage() == "watch interrupted, retrying"]
+    assert [r.__dict__["retry_in_s"] for r in retries] == [0.01, 0.02, 0.04, 0.04, 0.04, 0.04]
+    assert all("503" in r.__dict__["error"] for r in retries)
