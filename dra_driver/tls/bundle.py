@@ -10,7 +10,8 @@ its extender client can send a certificate, never a token. Without
 cert-manager, `dra-driver certs` makes that CA and both certificates here. When
 they are reached by URL from outside the cluster, the certificate names what that URL
 holds instead: the subject alternative names given as `DNS:<name>` or
-`IP:<address>`. Pure: no files, no API; the caller passes the clock.
+`IP:<address>`, and the CA's key is kept (`load_authority` takes it back), so that a
+later run issues from the same CA. Pure: no files, no API; the caller passes the clock.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _is_address(value: str) -> bool:
 def issue_bundle(dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
     """A fresh CA (its key is discarded: nothing else is ever signed with it) and a
     serving certificate for `dns_names`, both valid from `now` for `validity`."""
-    authority = _Authority.new(now, validity)
+    authority = CertificateAuthority.new(now, validity)
     return authority.serving(dns_names, now, validity)
 
 
@@ -118,20 +119,23 @@ def issue_serving_and_client(
     ever stored where a reader of Secrets could mint another identity."""
     if not client_name:
         raise InvalidParameterError("--client-name", "a client certificate needs a common name")
-    authority = _Authority.new(now, validity)
+    authority = CertificateAuthority.new(now, validity)
     return authority.serving(dns_names, now, validity), authority.client(client_name, now, validity)
 
 
 @dataclass(frozen=True, slots=True)
-class _Authority:
-    """A CA being used to sign one issue's certificates; never outlives `issue_*`."""
+class CertificateAuthority:
+    """A CA that signs certificates: made for one issue (`issue_*`, its key then dropped),
+    or taken back from its PEM files by `load_authority` (`--out-dir` keeps the key)."""
 
     key: ec.EllipticCurvePrivateKey
     subject: x509.Name
     pem: bytes
+    not_after: datetime
+    """No certificate it signs outlives it: past this a chain to it no longer verifies."""
 
     @classmethod
-    def new(cls, now: datetime, validity: timedelta) -> _Authority:
+    def new(cls, now: datetime, validity: timedelta) -> CertificateAuthority:
         key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, CA_NAME)])
         cert = (
@@ -147,7 +151,11 @@ class _Authority:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
             .sign(key, hashes.SHA256())
         )
-        return cls(key, subject, cert.public_bytes(serialization.Encoding.PEM))
+        return cls(key, subject, cert.public_bytes(serialization.Encoding.PEM), now + validity)
+
+    def key_pem(self) -> bytes:
+        """The private key, unencrypted: to be written only with mode 0600."""
+        return _key_pem(self.key)
 
     def serving(self, dns_names: tuple[str, ...], now: datetime, validity: timedelta) -> TlsBundle:
         if not dns_names:
@@ -165,6 +173,8 @@ class _Authority:
     def client(self, common_name: str, now: datetime, validity: timedelta) -> TlsBundle:
         """A certificate for TLS client authentication only (as cert-manager issues one with
         usages `client auth, digital signature`)."""
+        if not common_name:
+            raise InvalidParameterError("--client-name", "a client certificate needs a common name")
         usages = [_key_usage(), x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])]
         return self._sign(common_name, usages, now, validity)
 
@@ -183,7 +193,7 @@ class _Authority:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - CLOCK_SKEW)
-            .not_valid_after(now + validity)
+            .not_valid_after(min(now + validity, self.not_after))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
@@ -197,12 +207,41 @@ class _Authority:
         return TlsBundle(
             ca_cert=self.pem,
             cert=cert.public_bytes(serialization.Encoding.PEM),
-            key=key.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            ),
+            key=_key_pem(key),
         )
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def load_authority(
+    ca_cert: bytes, ca_key: bytes, now: datetime, renew_before: timedelta
+) -> CertificateAuthority | str:
+    """The CA of `ca_cert` signing with `ca_key`, or why it cannot be used to issue: a key
+    that is not the certificate's, a certificate that is no CA, or one expiring within
+    `renew_before` (whatever it signed would have to be replaced soon after)."""
+    try:
+        cert = x509.load_pem_x509_certificate(ca_cert)
+        key = serialization.load_pem_private_key(ca_key, password=None)
+    except ValueError as error:
+        return f"cannot be parsed ({error})"
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or key.public_key() != cert.public_key():
+        return "ca.key does not belong to ca.crt"
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        return "ca.crt is not a CA certificate"
+    problem = _lifetime_problem(cert, cert, now, renew_before)
+    if problem is not None:
+        return problem
+    return CertificateAuthority(key, cert.subject, ca_cert, cert.not_valid_after_utc)
 
 
 def _key_usage(key_cert_sign: bool = False) -> x509.KeyUsage:

@@ -13,19 +13,14 @@ valid certificates are kept and an up-to-date caBundle is left alone, so the
 Job can run on every apply. Writes are conditional on the resourceVersion
 read, so two runs at once never leave a Secret and a caBundle that disagree.
 
-With `--out-dir` it writes the same three PEM files to a directory instead,
-for a webhook or extender reached by URL from outside the cluster, with the
-subject alternative names given by `--san`; no API is called. The same rule
-keeps a pair that is still valid for those names. Each file is replaced
-atomically (the key with mode 0600 from the start); a run interrupted between
-files leaves a pair that fails `bundle_problem`, so the next run replaces it.
+With `--out-dir` the same certificates go to files instead (`cert_files`).
 """
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +28,6 @@ from typing import Any
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
-from dra_driver.process.atomic_file import write_atomically
 from dra_driver.tls import DEFAULT_CLIENT_NAME
 from dra_driver.tls.bundle import (
     TlsBundle,
@@ -41,7 +35,6 @@ from dra_driver.tls.bundle import (
     client_problem,
     issue_bundle,
     issue_serving_and_client,
-    parse_subject_alt_name,
     service_dns_names,
 )
 
@@ -84,34 +77,6 @@ class CertsSettings:
     @property
     def dns_names(self) -> tuple[str, ...]:
         return service_dns_names(self.service, self.namespace, self.cluster_domain)
-
-
-FILE_MODES = {"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600}
-"""The files `--out-dir` writes, in `TlsBundle.secret_data` names; only the key is private."""
-
-
-@dataclass(frozen=True, slots=True)
-class CertFilesSettings:
-    out_dir: Path
-    names: tuple[str, ...]
-    """Subject alternative names as `parse_subject_alt_name` returns them (host or address)."""
-
-    validity: timedelta = timedelta(days=3650)
-    renew_before: timedelta = timedelta(days=30)
-
-    @classmethod
-    def from_flags(
-        cls, out_dir: Path, sans: Sequence[str], validity: timedelta
-    ) -> CertFilesSettings:
-        """Check the `--san` values; at least one is needed, since no Service names them."""
-        if not sans:
-            raise InvalidParameterError(
-                "--san",
-                "--out-dir needs at least one --san DNS:<host name> or IP:<address>, "
-                "the name the webhook or extender is reached by",
-            )
-        names = tuple(dict.fromkeys(parse_subject_alt_name(san) for san in sans))
-        return cls(out_dir=out_dir, names=names, validity=validity)
 
 
 @dataclass(slots=True)
@@ -339,55 +304,6 @@ async def ensure_certificates(
     bundle = await ensure_secrets(client, settings, now, report)
     await ensure_ca_bundle(client, settings, bundle.ca_cert, report)
     return report
-
-
-def _read_bundle(out_dir: Path) -> TlsBundle | None:
-    """The bundle in `out_dir`, or None when one of its files is missing."""
-    try:
-        contents = {name: (out_dir / name).read_bytes() for name in FILE_MODES}
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        raise InvalidParameterError(
-            "--out-dir", f"cannot read {error.filename}: {error.strerror}"
-        ) from None
-    return TlsBundle(contents["ca.crt"], contents["tls.crt"], contents["tls.key"])
-
-
-def ensure_cert_files(settings: CertFilesSettings, now: datetime) -> CertsReport:
-    """Keep the files in `out_dir` when they serve `names`, else write a new CA and pair."""
-    report = CertsReport()
-    where = f"{settings.out_dir} (ca.crt, tls.crt, tls.key)"
-    try:
-        settings.out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise InvalidParameterError(
-            "--out-dir", f"cannot create {settings.out_dir}: {error.strerror}"
-        ) from None
-    current = _read_bundle(settings.out_dir)
-    verb = "written"
-    if current is not None:
-        problem = bundle_problem(current, settings.names, now, settings.renew_before)
-        if problem is None:
-            report.add(f"{where}: kept (valid for {', '.join(settings.names)})")
-            return report
-        verb = f"replaced ({problem})"
-    bundle = issue_bundle(settings.names, now, settings.validity)
-    try:
-        for name, content in bundle.secret_data().items():
-            write_atomically(settings.out_dir / name, content, FILE_MODES[name])
-    except OSError as error:
-        raise InvalidParameterError(
-            "--out-dir", f"cannot write {error.filename or settings.out_dir}: {error.strerror}"
-        ) from None
-    report.add(f"{where}: {verb} for {', '.join(settings.names)}")
-    return report
-
-
-def run_cert_files(settings: CertFilesSettings, emit: Callable[[str], None] = print) -> int:
-    for line in ensure_cert_files(settings, datetime.now(UTC)).lines:
-        emit(line)
-    return 0
 
 
 async def run_certs(

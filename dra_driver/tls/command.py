@@ -37,7 +37,7 @@ def register(commands: Subcommands) -> None:
         env="CERTS_CLIENT_SECRET",
         default="vgpu-kube-scheduler-client",
         help="kubernetes.io/tls Secret for the client certificate kube-scheduler presents to "
-        "the extender, from the same CA ('': none)",
+        "the extender, from the same CA; with --out-dir the stem of its files ('': none)",
     )
     certs.add_argument(
         "--client-name",
@@ -56,7 +56,8 @@ def register(commands: Subcommands) -> None:
         "--out-dir",
         type=Path,
         env="CERTS_OUT_DIR",
-        help="write ca.crt, tls.crt, tls.key here instead of a Secret (no API calls)",
+        help="write ca.crt, ca.key (kept to issue from on later runs), tls.crt, tls.key and the "
+        "client pair <client-secret>.crt/.key here instead of Secrets (no API calls)",
     )
     certs.add_argument(
         "--san",
@@ -76,14 +77,18 @@ def register(commands: Subcommands) -> None:
 
 
 def _certs(args: argparse.Namespace) -> int:
-    from dra_driver.tls.certs import CertFilesSettings, CertsSettings, run_cert_files, run_certs
+    from dra_driver.tls.cert_files import CertFilesSettings, run_cert_files
+    from dra_driver.tls.certs import CertsSettings, run_certs
 
     if args.validity_days <= 0:
         print("dra-driver certs: --validity-days must be positive", file=sys.stderr)
         return EXIT_BAD_INPUT
     validity = timedelta(days=args.validity_days)
     if args.out_dir is not None:
-        return run_cert_files(CertFilesSettings.from_flags(args.out_dir, args.san, validity))
+        settings = CertFilesSettings.from_flags(
+            args.out_dir, args.san, validity, args.client_secret, args.client_name
+        )
+        return run_cert_files(settings)
     if args.san:
         message = "--san: only with --out-dir; the Secret's certificate names the Service"
         print(f"dra-driver certs: {message}", file=sys.stderr)
