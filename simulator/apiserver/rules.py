@@ -65,6 +65,27 @@ def normalize_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> None:
                 image = str(container.get("image", ""))
                 tagged = ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest")
                 container.setdefault("imagePullPolicy", "IfNotPresent" if tagged else "Always")
+    default_requests_from_limits(spec)
+
+
+def default_requests_from_limits(spec: dict[str, Any]) -> None:
+    """SetDefaults_Pod: each limit of a container or init container with no request of
+    its name becomes that request, so kube-scheduler's fit and kubelet see what a
+    limits-only pod (every legacy GPU pod) asks for. Not ephemeral containers, which
+    have no resources to schedule."""
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or []:
+            resources = container.get("resources") if isinstance(container, dict) else None
+            limits = resources.get("limits") if isinstance(resources, dict) else None
+            if not isinstance(limits, dict) or not limits:
+                continue
+            requests = resources.get("requests")
+            if requests is None:
+                requests = resources["requests"] = {}
+            elif not isinstance(requests, dict):
+                continue
+            for name, quantity in limits.items():
+                requests.setdefault(name, quantity)
 
 
 def _resource_lists(spec: dict[str, Any]) -> list[Any]:

@@ -26,6 +26,7 @@ import aiohttp
 
 from api.quantity import QuantityError, format_quantity_value, parse_quantity, quantity_form
 from dra_driver.errors import DriverError, InvalidParameterError
+from simulator.apiserver.rules import default_requests_from_limits
 
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
@@ -73,10 +74,7 @@ def defaulted_pod(pod: dict[str, Any]) -> dict[str, Any]:
             for kind in ("limits", "requests"):
                 if resources.get(kind):
                     resources[kind] = {n: canonical_quantity(q) for n, q in resources[kind].items()}
-            if resources.get("limits"):
-                requests = resources.setdefault("requests", {})
-                for name, quantity in resources["limits"].items():
-                    requests.setdefault(name, quantity)
+    default_requests_from_limits(spec)
     return result
 
 
