@@ -23,8 +23,9 @@ from typing import Any
 
 from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
 from dra_driver.engine.model import Device, DeviceUsage, Node, first_of_each_id, repeated_ids
-from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
+from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.objects.quotas import quota_limits
 
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device name): how allocation results name a device."""
@@ -305,25 +306,21 @@ def quota_ledger(
     inventory: Inventory,
     vendors: VendorRegistry,
 ) -> QuotaLedger:
-    """HAMi's namespace quota (`limits.<vendor memory>` in MiB, `limits.<vendor cores>`)
-    from ResourceQuotas, with what the namespace's allocated claims already hold."""
-    ledger = QuotaLedger()
-    for quota in quotas:
-        namespace = (quota.get("metadata") or {}).get("namespace") or ""
-        hard = (quota.get("spec") or {}).get("hard") or {}
-        for vendor in vendors:
-            memory_key = f"limits.{vendor.resources.memory}"
-            cores_key = f"limits.{vendor.resources.cores}"
-            if memory_key not in hard and cores_key not in hard:
-                continue
-            try:
-                memory = int(parse_quantity(str(hard[memory_key]))) if memory_key in hard else None
-                cores = int(parse_quantity(str(hard[cores_key]))) if cores_key in hard else None
-            except QuantityError:
-                continue
-            entry = ledger.quotas.setdefault((namespace, vendor.name), NamespaceQuota())
-            entry.memory_limit_mib = _tighter(entry.memory_limit_mib, memory, vendor.memory_factor)
-            entry.cores_limit = _tighter(entry.cores_limit, cores, 1)
+    """HAMi's namespace quota per vendor (`dra_driver.objects.quotas`) from ResourceQuotas,
+    with what the namespace's allocated claims already hold."""
+    ledger = quota_limits(quotas, vendors)
+    charge_claims(ledger, claims, inventory, vendors)
+    return ledger
+
+
+def charge_claims(
+    ledger: QuotaLedger,
+    claims: Iterable[Mapping[str, Any]],
+    inventory: Inventory,
+    vendors: VendorRegistry,
+) -> None:
+    """Charge each claim's devices to its namespace's quota of the vendor whose device
+    it is (the one whose name the device's type holds, as the engine matches them)."""
     limited = {namespace for namespace, _ in ledger.quotas}
     for claim in claims:
         namespace = (claim.get("metadata") or {}).get("namespace") or ""
@@ -333,11 +330,3 @@ def quota_ledger(
             vendor = next((v for v in vendors if v.matches(str(device.attribute("type")))), None)
             if vendor is not None:
                 ledger.charge(namespace, vendor.name, amount.memory_mib, amount.cores)
-    return ledger
-
-
-def _tighter(current: int | None, limit: int | None, factor: int) -> int | None:
-    if limit is None:
-        return current
-    scaled = limit * factor
-    return scaled if current is None else min(current, scaled)

@@ -18,7 +18,9 @@ A pod with any vendor's resources gets our schedulerName and the runtimeClassNam
 its first vendor that has one configures; it is denied when any of its containers is privileged (a
 privileged sidecar sees every GPU of the node as much as the GPU container
 does; HAMi's `privilegedContainerName`), when `spec.nodeName` is preset, or
-when it would exceed the namespace quota. Every denial says what to change.
+when it would exceed its namespace's quota of any vendor it asks for (each
+vendor's `limits.<memory name>` and `limits.<cores name>`, HAMi's
+fitResourceQuota). Every denial says what to change.
 
 Tamper-proofing (issue 17), for containers with NVIDIA GPUs (the vendor whose limits
 HAMi-core enforces). In device-plugin mode kubelet puts the device
@@ -53,9 +55,10 @@ from typing import Any
 from api.hami_annotations import NVIDIA_DEVICE_TYPE
 from api.quantity import QuantityError, parse_quantity
 from controller.legacy.config import CorePolicy, LegacySettings
-from dra_driver.engine.quota import NamespaceQuota
+from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendor_backends.registry import BackendRegistry
 from dra_driver.errors import DriverError, InvalidParameterError
+from dra_driver.objects.pod_workloads import container_request
 from dra_driver.objects.tamper_rules import reaches, tamper_findings
 from libvgpu.settings import (
     CONTAINER_LIBRARY_PATH,
@@ -117,17 +120,20 @@ def pointer(*tokens: str | int) -> str:
     return "".join("/" + str(token).replace("~", "~0").replace("/", "~1") for token in tokens)
 
 
+Demand = dict[str, tuple[int, int]]
+"""Per vendor (HAMi request Type): memory in MiB and cores, as its quota counts them."""
+
+
 @dataclass(slots=True)
 class _Container:
     """What one container contributes: whether it asks for any vendor (and which count
-    resources), whether libvgpu enforces it (NVIDIA), its NVIDIA amounts for the
+    resources), whether libvgpu enforces it (NVIDIA), what it asks of each vendor's
     quota, its patch and the pod annotations its vendors' webhooks set."""
 
     has_gpu: bool = False
     libvgpu: bool = False
     resources: list[str] = field(default_factory=list)
-    memory: int = 0
-    cores: int = 0
+    demand: Demand = field(default_factory=dict)
     patch: Patch = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
 
@@ -270,15 +276,43 @@ def _mutate_container(
             ]
         else:
             result.patch.append({"op": "add", "path": pointer(*base, "env"), "value": env})
-    if result.libvgpu:
-        count = _integer(merged[names.count], f"{where}.resources.limits.{names.count}")
-        if names.memory in merged:
-            memory = _integer(merged[names.memory], f"{where}.resources.limits.{names.memory}")
-            result.memory = memory * max(config.memory_factor, 1) * count
-        if names.cores in merged:
-            cores = _integer(merged[names.cores], f"{where}.resources.limits.{names.cores}")
-            result.cores = cores * count
+    if result.has_gpu:
+        mutated = _with_resources(container, set_limits, set_requests)
+        result.demand = _quota_demand(mutated, pod, where, backends)
     return result
+
+
+def _with_resources(
+    container: Mapping[str, Any], limits: Mapping[str, str], requests: Mapping[str, str]
+) -> dict[str, Any]:
+    """The container as the webhook's patch leaves it: its limits and requests with
+    what the vendors' webhooks set."""
+    resources = container.get("resources") or {}
+    return {
+        **container,
+        "resources": {
+            **resources,
+            "limits": {**(resources.get("limits") or {}), **limits},
+            "requests": {**(resources.get("requests") or {}), **requests},
+        },
+    }
+
+
+def _quota_demand(
+    container: Mapping[str, Any], pod: Mapping[str, Any], where: str, backends: BackendRegistry
+) -> Demand:
+    """HAMi's fitResourceQuota for one mutated container: each vendor's request as its
+    GenerateResourceRequests reads it (memory factor, defaults and templates applied),
+    times its device count. A whole card asked by percentage counts no memory here;
+    Filter charges it the card's memory."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    requests = container_request(
+        container, annotations, backends.vendors(), where, admission_defaults=False
+    )
+    return {
+        request.vendor: (request.memory_mib * request.count, request.cores * request.count)
+        for request in requests
+    }
 
 
 def _privileged_container(spec: Mapping[str, Any]) -> str | None:
@@ -307,9 +341,10 @@ def review_pod(
     pod: Mapping[str, Any],
     namespace: str,
     settings: LegacySettings,
-    quota: NamespaceQuota | None = None,
+    quota: QuotaLedger | None = None,
 ) -> AdmissionDecision:
-    """Decide one pod CREATE. `quota` is the namespace's limits and what it already holds."""
+    """Decide one pod CREATE. `quota` holds each namespace's limits per vendor and what
+    the namespace already holds of each."""
     spec = pod.get("spec") or {}
     if not spec.get("containers"):
         return deny("pod has no containers; add at least one container to spec.containers")
@@ -322,13 +357,13 @@ def review_pod(
     ):
         return allow(message=f"pod is for scheduler {scheduler}; left alone")
     backends = settings.backends()
-    names = settings.nvidia.vendor().resources
     patch: Patch = []
     gpu_containers: list[str] = []
     resources: list[str] = []
     libvgpu = False
     annotations: dict[str, str] = {}
-    app_memory = app_cores = init_memory = init_cores = 0
+    app_demand: Demand = {}
+    init_demand: Demand = {}
     opt_out = namespace in settings.enforcement_opt_out_namespaces
     try:
         for key in ("initContainers", "containers"):
@@ -344,12 +379,13 @@ def review_pod(
                 gpu_containers.append(container.get("name") or where)
                 resources += [name for name in mutated.resources if name not in resources]
                 libvgpu = libvgpu or mutated.libvgpu
-                if key == "initContainers":
-                    init_memory = max(init_memory, mutated.memory)
-                    init_cores = max(init_cores, mutated.cores)
-                else:
-                    app_memory += mutated.memory
-                    app_cores += mutated.cores
+                for vendor, (memory, cores) in mutated.demand.items():
+                    if key == "initContainers":
+                        peak = init_demand.get(vendor, (0, 0))
+                        init_demand[vendor] = (max(peak[0], memory), max(peak[1], cores))
+                    else:
+                        total = app_demand.get(vendor, (0, 0))
+                        app_demand[vendor] = (total[0] + memory, total[1] + cores)
     except InvalidParameterError as error:
         return deny(str(error), 400, "BadRequest")
     except TamperError as error:
@@ -371,8 +407,7 @@ def review_pod(
             f"pod sets spec.nodeName={spec['nodeName']}, which bypasses GPU scheduling; "
             f"remove spec.nodeName and let {ours} place the pod"
         )
-    memory, cores = max(app_memory, init_memory), max(app_cores, init_cores)
-    refusal = _quota_refusal(quota, namespace, memory, cores, names.memory, names.cores)
+    refusal = _quota_refusal(quota, namespace, app_demand, init_demand, backends)
     if refusal:
         return deny(refusal)
     if scheduler:
@@ -404,23 +439,36 @@ def _annotation_ops(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> P
 
 
 def _quota_refusal(
-    quota: NamespaceQuota | None,
+    quota: QuotaLedger | None,
     namespace: str,
-    memory: int,
-    cores: int,
-    memory_name: str,
-    cores_name: str,
+    app_demand: Demand,
+    init_demand: Demand,
+    backends: BackendRegistry,
 ) -> str:
+    """HAMi's fitResourceQuota: per vendor, in registry order, the larger of the app
+    containers' sum and the biggest init container (they run one at a time), against
+    the namespace's limits of that vendor less what it already holds."""
     if quota is None:
         return ""
-    checks = (
-        (quota.memory_limit_mib, quota.memory_used_mib, memory, memory_name, " MiB"),
-        (quota.cores_limit, quota.cores_used, cores, cores_name, "%"),
-    )
-    for limit, used, asked, name, unit in checks:
-        if limit is not None and used + asked > limit:
+    for backend in backends:
+        limits = quota.quotas.get((namespace, backend.name))
+        if limits is None:
+            continue
+        app, init = app_demand.get(backend.name, (0, 0)), init_demand.get(backend.name, (0, 0))
+        memory, cores = max(app[0], init[0]), max(app[1], init[1])
+        names, factor = backend.adapter.resources, max(backend.adapter.memory_factor, 1)
+        checks = (
+            (limits.memory_limit_mib, limits.memory_used_mib, memory, names.memory, " MiB"),
+            (limits.cores_limit, limits.cores_used, cores, names.cores, "%"),
+        )
+        for limit, used, asked, name, unit in checks:
+            if limit is None or used + asked <= limit:
+                continue
+            stated = f"{limit}{unit}"
+            if unit == " MiB" and factor > 1:
+                stated += f" ({limit // factor} x {factor} MiB)"
             return (
-                f"namespace {namespace} ResourceQuota limits.{name} is {limit}{unit} with "
+                f"namespace {namespace} ResourceQuota limits.{name} is {stated} with "
                 f"{used}{unit} in use, and this pod asks for {asked}{unit}; lower {name} "
                 "or raise the quota"
             )

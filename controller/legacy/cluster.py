@@ -2,10 +2,12 @@
 
 Fed by list-and-watch informers (nodes, pods, ResourceQuotas; in mixed mode
 also ResourceSlices and ResourceClaims, `controller.legacy.dra_usage`, whose
-allocations on the registered GPUs count as usage). The engine is
-built from that view once and then kept current: a pod's allocation appearing
-or going is charged to or released from the engine, a node whose devices
-change is replaced in it; only a quota change marks the engine stale, and
+allocations on the registered GPUs count as usage, and against their
+namespaces' quotas). The engine is built from that view once and then kept
+current: a pod's allocation appearing or going is charged to or released
+from the engine (its node, and its namespace's quota of each vendor it
+holds), a node whose devices change is replaced in it, and a claim's change
+re-counts the quotas' use; only a quota change marks the engine stale, and
 the next Filter rebuilds it. The extender's own placements are recorded when
 it makes them, so the watch echo of its annotation patch finds nothing to
 change, and a watch event older than what was applied is ignored, so a late
@@ -38,7 +40,7 @@ from controller.legacy.inventory import (
     requesting_handshake,
 )
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
-from controller.legacy.quota import namespace_usage, quota_limits
+from controller.legacy.quota import quota_ledger
 from controller.uuid_reports import report_duplicate_uuids
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage, Node
@@ -138,8 +140,7 @@ class ClusterState:
         """Every enabled vendor: whose devices nodes are read for and whose pod keys
         count as usage."""
         self.vendors = self.backends.vendors()
-        self.vendor = settings.nvidia.vendor()
-        """NVIDIA's adapter: the namespace quota (`limits.nvidia.com/gpumem`) is NVIDIA's."""
+        """Their adapters: the resource names each namespace quota is read by."""
         self.nodes = Informer(
             client,
             NODES,
@@ -252,12 +253,11 @@ class ClusterState:
         )
 
     def quota_ledger(self) -> QuotaLedger:
-        """Quota limits with what each namespace already holds."""
-        limits = quota_limits(self.quotas.store.values(), self.vendor)
-        used = namespace_usage((a.namespace, a.usage) for a in self.allocations.values())
-        for namespace, quota in limits.items():
-            quota.memory_used_mib, quota.cores_used = used.get(namespace, (0, 0))
-        return QuotaLedger({(ns, self.vendor.name): q for ns, q in limits.items()})
+        """Every vendor's quota limits with what each namespace already holds of that
+        vendor: its placed pods and (mixed mode) its DRA claims."""
+        ledger = quota_ledger(self.quotas.store.values(), self.allocations.values(), self.vendors)
+        self.dra.charge_quota(ledger, self.vendors)
+        return ledger
 
     def record(self, allocation: PodAllocation) -> None:
         """Note an allocation the engine has already been charged with (by Filter).
@@ -310,9 +310,12 @@ class ClusterState:
         return usage
 
     def _on_dra_usage(self, nodes: set[str]) -> None:
-        """DRA claims' usage moved on these nodes: reset them in the engine."""
+        """DRA claims' usage moved on these nodes: reset them in the engine, and the
+        namespaces' quota use if any namespace has a quota."""
         if self._engine is None:
             return
+        if self.quotas.store:
+            self._engine.quota = self.quota_ledger()
         for name in nodes:
             entry = self.inventory.get(name)
             if entry is not None and entry.node is not None:

@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from controller.inventory import Inventory, build_inventory
+from controller.inventory import Inventory, build_inventory, charge_claims
 from controller.mixed_usage import NodeUsage, add_usage, claims_usage, over_commits
 from dra_driver.engine.model import DeviceUsage, Node
+from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.kube.informer import Informer, InformerSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.claim_workloads import DRIVER_NAME
@@ -39,6 +41,9 @@ class DraHolds(Protocol):
 
     def node_usage(self, node: str) -> Mapping[str, DeviceUsage]: ...
 
+    def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
+        """Charge what each namespace's claims hold to its quota of their devices' vendor."""
+
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]: ...
 
 
@@ -49,6 +54,9 @@ class NoDraUsage:
 
     def node_usage(self, node: str) -> Mapping[str, DeviceUsage]:
         return {}
+
+    def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
+        return None
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
         return []
@@ -82,6 +90,9 @@ class DraUsage:
 
     def node_usage(self, node: str) -> Mapping[str, DeviceUsage]:
         return self.usage.get(node, {})
+
+    def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
+        charge_claims(ledger, self.claims.store.values(), self.inventory, vendors)
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
         """Why `legacy` (every legacy share on the node, the binding pod's included) does

@@ -262,8 +262,7 @@ class LegacyServer:
         except InvalidParameterError as error:
             return _bad_request(str(error), "error")
         namespace = review.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
-        quota = self.state.quota_ledger().quotas.get((namespace, self.state.vendor.name))
-        decision = review_pod(pod, namespace, self.settings, quota)
+        decision = review_pod(pod, namespace, self.settings, self.state.quota_ledger())
         if not decision.allowed:
             log.info("pod denied", extra={"namespace": namespace, "reason": decision.message})
         return web.json_response(admission_response(uid, decision))

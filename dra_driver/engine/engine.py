@@ -454,7 +454,7 @@ class Engine:
         """
         per_device = collapse_pod_usage(placement.containers, placement.init_count)
         if self.quota is not None:
-            for vendor, (memory, cores) in _vendor_totals(per_device, placement).items():
+            for vendor, (memory, cores) in vendor_totals(per_device, placement).items():
                 self.quota.charge(pod.namespace, vendor, sign * memory, sign * cores)
         state = self._states.get(placement.node)
         if state is None:
@@ -559,9 +559,11 @@ def _binpack_order(order: list[tuple[float, str]]) -> Iterable[str]:
         end = start
 
 
-def _vendor_totals(
+def vendor_totals(
     per_device: Mapping[str, DeviceUsage], placement: Placement
 ) -> dict[str, tuple[int, int]]:
+    """Per vendor of the grants, the memory (MiB) and cores of the placement's
+    per-device usage: what the namespace's quota of that vendor is charged."""
     vendor_of: dict[str, str] = {
         grant.uuid: grant.vendor for container in placement.containers for grant in container
     }

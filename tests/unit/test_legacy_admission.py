@@ -8,8 +8,8 @@ import pytest
 
 from controller.legacy.admission import review_pod
 from controller.legacy.config import LegacySettings, parse_device_config
-from controller.legacy.quota import quota_limits
-from dra_driver.engine.quota import NamespaceQuota
+from dra_driver.engine.quota import QuotaLedger
+from dra_driver.objects.quotas import quota_limits
 from simulator.standins.admission import apply_json_patch
 
 SETTINGS = LegacySettings()
@@ -178,15 +178,14 @@ def test_preset_node_name_is_denied() -> None:
     assert not decision.allowed and "remove spec.nodeName" in decision.message
 
 
-def quota(hard: dict[str, str]) -> NamespaceQuota | None:
+def quota(hard: dict[str, str]) -> QuotaLedger:
     rq = {"metadata": {"namespace": "ns"}, "spec": {"hard": hard}}
-    return quota_limits([rq], SETTINGS.nvidia.vendor()).get("ns")
+    return quota_limits([rq], SETTINGS.vendors())
 
 
 def test_quota_app_sum_vs_largest_init_against_used() -> None:
     limit = quota({"limits.nvidia.com/gpumem": "10000"})
-    assert limit is not None
-    limit.memory_used_mib = 4000
+    limit.charge("ns", "NVIDIA", 4000, 0)
     apps = pod(ctr("a", gpu=1, gpumem=3000), ctr("b", gpu=1, gpumem=3000))
     assert review_pod(apps, "ns", SETTINGS, limit).allowed
     big_init = pod(ctr("a", gpu=1, gpumem=3000), init=(ctr("i", gpu=1, gpumem=7000),))
@@ -203,4 +202,4 @@ def test_quota_on_cores_counts_the_injected_exclusive_cores() -> None:
 
 
 def test_quota_entry_without_hard_limit_does_not_limit() -> None:
-    assert quota({"limits.nvidia.com/gpu": "1", "pods": "3"}) is None
+    assert quota({"limits.nvidia.com/gpu": "1", "pods": "3"}).quotas == {}

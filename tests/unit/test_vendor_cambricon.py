@@ -20,9 +20,7 @@ from hami_vendor_cases import (
     run_fit,
 )
 
-from controller.legacy.quota import quota_limits
 from dra_driver.engine.grants import Grant
-from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendor_backends.base import LockKind
 from dra_driver.engine.vendor_backends.cambricon import (
     LOCK_EXPIRY,
@@ -31,6 +29,7 @@ from dra_driver.engine.vendor_backends.cambricon import (
     CambriconConfig,
 )
 from dra_driver.objects.node_lock import LockState, NodeLockError, lock_value, view_lock
+from dra_driver.objects.quotas import quota_limits
 
 TEST_CONFIG = CambriconConfig(
     resourceCountName="cambricon.com/mlu",
@@ -284,7 +283,7 @@ def test_fit_whole_card_request_is_charged_to_the_namespace_quota() -> None:
     (50 units = 12800 MiB) and is refused on a 40960 MiB card."""
     hard = {"limits.cambricon.com/mlu.smlu.vmemory": "50"}
     quota = {"metadata": {"namespace": "q", "name": "mlu-quota"}, "spec": {"hard": hard}}
-    ledger = QuotaLedger({("q", MLU): quota_limits([quota], ADAPTER)["q"]})
+    ledger = quota_limits([quota], [ADAPTER])
     case = FitCase(
         "whole card over quota",
         (mlu("dev-0", totalmem=40960),),
