@@ -10,7 +10,12 @@ When kube-scheduler allocates, opaque parameters are invisible to it: a
 claim with `VGPUConfig {memory: 2Gi}` and no capacity request is charged the
 whole card. The container still gets what the config asked for when that is
 within the charge, and the plan lists each such result (`uncharged`) so the
-user can be told to write a capacity request instead.
+user can be told to write a capacity request instead. A filter is another
+matter: a result on a GPU the config excludes (`useUUIDs`, `noUseUUIDs`,
+`useTypes`, `noUseTypes`, or a request's GPUs on two NUMA nodes under
+`numaBind`) is refused, naming the config field that set the filter. The
+scheduler-allocated overlay's admission policy refuses such claims at
+creation; this is the line behind it, and behind any forged allocation.
 
 Turning enforcement off (`disableControl`, `coreLimitPolicy: disable`) lifts
 limits, so it is an administrator's decision, taken per request: honoured from
@@ -41,6 +46,8 @@ from api.vgpu_config import (
     parse_vgpu_config,
     without_opt_outs,
 )
+from dra_driver.engine.fit import type_and_mode_allowed, uuid_allowed
+from dra_driver.engine.requests import DeviceFilters
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
 from kubeletplugin.gpus import GpuInfo
@@ -228,6 +235,7 @@ def plan_claim(
         grants.append(grant)
         if mismatch is not None:
             uncharged.append(mismatch)
+    _refuse_broken_filters(grants, effective, configs, who)
     policy = next(
         (c.core_limit_policy for c in effective if c.core_limit_policy != "default"), None
     )
@@ -308,6 +316,90 @@ def _request_config(
         assert authority is not None, "a claim's opt-outs are dropped unless allowed"
         set_by[name] = HonouredOptOut(f"{setter.path}.{name}", authority)
     return config, tuple(dropped), set_by
+
+
+SELECTOR_HINT = (
+    "kube-scheduler reads no VGPUConfig: where it allocates, select GPUs with a CEL "
+    "selector on device.attributes['vgpu.hami.io'].uuid or .type in the request"
+)
+NUMA_HINT = (
+    "kube-scheduler reads no VGPUConfig: where it allocates, constrain the request "
+    "with matchAttribute: vgpu.hami.io/numa"
+)
+
+
+def _refuse_broken_filters(
+    grants: Sequence[DeviceGrant],
+    configs: Sequence[VGPUConfig],
+    entries: Sequence[ConfigEntry],
+    who: str,
+) -> None:
+    """Each result on a GPU its request's filters allow (HAMi's CheckType and CheckUUID,
+    the engine's own checks), and under numaBind each request's GPUs on one NUMA node."""
+    numa: dict[str, set[int]] = {}
+    for grant, config in zip(grants, configs, strict=True):
+        breaches = _filter_breaches(config, grant.gpu)
+        if breaches:
+            name, reason = breaches[0]
+            raise InvalidParameterError(
+                _setter_path(entries, grant.request, name),
+                f"claim {who}: device {grant.device} of request {grant.request!r}: "
+                f"{reason}; the allocation breaks the filter, so it is not prepared "
+                f"({SELECTOR_HINT})",
+            )
+        if config.numa_bind:
+            numa.setdefault(grant.request, set()).add(grant.gpu.numa_node)
+    for request, nodes in numa.items():
+        if len(nodes) > 1:
+            raise InvalidParameterError(
+                _setter_path(entries, request, "numaBind"),
+                f"claim {who}: request {request!r} has GPUs on NUMA nodes "
+                f"{', '.join(map(str, sorted(nodes)))}; the allocation breaks numaBind, so it "
+                f"is not prepared ({NUMA_HINT})",
+            )
+
+
+def _filter_breaches(config: VGPUConfig, gpu: GpuInfo) -> list[tuple[str, str]]:
+    """(wire name, reason) of each uuid or type filter of the config the GPU fails."""
+    uuid = gpu.uuid
+    device_type = dra_vendor(gpu.vendor).device_type(gpu.product_name)
+    use_uuids, no_use_uuids = tuple(config.use_uuids or ()), tuple(config.no_use_uuids or ())
+    use_types, no_use_types = tuple(config.use_types or ()), tuple(config.no_use_types or ())
+    checks = (
+        (
+            "useUUIDs",
+            uuid_allowed(DeviceFilters(use_uuids=use_uuids), uuid),
+            f"{uuid} is not one of {', '.join(use_uuids)}",
+        ),
+        (
+            "noUseUUIDs",
+            uuid_allowed(DeviceFilters(no_use_uuids=no_use_uuids), uuid),
+            f"{uuid} is one of {', '.join(no_use_uuids)}",
+        ),
+        (
+            "useTypes",
+            type_and_mode_allowed(DeviceFilters(use_types=use_types), device_type, ""),
+            f"type {device_type} contains none of {', '.join(use_types)}",
+        ),
+        (
+            "noUseTypes",
+            type_and_mode_allowed(DeviceFilters(no_use_types=no_use_types), device_type, ""),
+            f"type {device_type} contains one of {', '.join(no_use_types)}",
+        ),
+    )
+    return [(name, reason) for name, allowed, reason in checks if not allowed]
+
+
+def _setter_path(entries: Sequence[ConfigEntry], request: str, wire_name: str) -> str:
+    """Wire path of the field in the entry whose value the request's merged config took:
+    the last that sets it, class entries before claim entries, as `_request_config` merges."""
+    ordered = [e for e in entries if e.from_class] + [e for e in entries if not e.from_class]
+    setter = next(
+        e
+        for e in reversed(ordered)
+        if _in(e.requests, request) and wire_name in explicit_wire_fields(e.config)
+    )
+    return f"{setter.path}.{wire_name}"
 
 
 def _grant(
