@@ -12,6 +12,10 @@ read again and written again if that still makes sense; 429/5xx/timeouts back
 off (doubling, jittered). Taking an allocation back clears `allocation`,
 `reservedFor` and `devices` together, unless a pod other than the one being
 moved reserved the claim meanwhile.
+
+Under leader election every write first passes the leader's fence
+(dra_driver/kube/leader.py `check`), right before it is sent: a decision made
+before the process was paused past its lease is dropped, not written.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 from controller.object_state import allocated_node, allocation_of, reservations_of
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
+from dra_driver.kube.leader import NO_FENCE, WriteFence
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
 from dra_driver.objects.resource_api import RESOURCE_API
 
@@ -65,9 +70,12 @@ class WriteSettings:
 
 
 class ClaimWriter:
-    def __init__(self, client: KubeClient, settings: WriteSettings) -> None:
+    def __init__(
+        self, client: KubeClient, settings: WriteSettings, fence: WriteFence = NO_FENCE
+    ) -> None:
         self.client = client
         self.settings = settings
+        self.fence = fence
 
     async def allocate(
         self,
@@ -87,7 +95,7 @@ class ClaimWriter:
             if reservation is not None:
                 status["reservedFor"] = [dict(reservation)]
             try:
-                return await self.client.replace(f"{path}/status", {**current, "status": status})
+                return await self._write_status(path, {**current, "status": status})
             except ConflictError as error:
                 last_error = error
             except TransientError as error:
@@ -118,7 +126,7 @@ class ClaimWriter:
                 return None
             status = {**(current.get("status") or {}), "reservedFor": [*reserved, reservation]}
             try:
-                return await self.client.replace(f"{path}/status", {**current, "status": status})
+                return await self._write_status(path, {**current, "status": status})
             except NotFoundError:
                 return None
             except ConflictError:
@@ -153,7 +161,7 @@ class ClaimWriter:
                 if k not in ("allocation", "reservedFor", "devices")
             }
             try:
-                return await self.client.replace(f"{path}/status", {**current, "status": status})
+                return await self._write_status(path, {**current, "status": status})
             except NotFoundError:
                 return None
             except ConflictError:
@@ -162,6 +170,11 @@ class ClaimWriter:
                 await self._pause(attempt)
                 current = await self._reread(path, current)
         raise TransientError(f"could not clear the allocation of {claim_name(claim)}")
+
+    async def _write_status(self, path: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """Replace the claim's status, if this replica may still write."""
+        self.fence.check()
+        return await self.client.replace(f"{path}/status", claim)
 
     async def _reread(self, path: str, current: dict[str, Any]) -> dict[str, Any]:
         """The claim as stored now; the last known version if the read fails transiently."""

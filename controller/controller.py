@@ -63,6 +63,7 @@ from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
+from dra_driver.kube.leader import NO_FENCE, WriteFence
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.api_time import api_time
@@ -93,6 +94,7 @@ class Controller:
         clock: Callable[[], float] = time.monotonic,
         after_sync: Callable[[], None] | None = None,
         release_memory: Callable[[], bool] | None = None,
+        fence: WriteFence = NO_FENCE,
     ) -> None:
         # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
         client = client.for_component("controller")
@@ -123,6 +125,7 @@ class Controller:
                 WriteSettings(
                     settings.write_attempts, settings.write_retry_s, settings.write_retry_max_s
                 ),
+                fence,
             ),
             self.view,
             self.queue,

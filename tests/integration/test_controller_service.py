@@ -130,6 +130,59 @@ async def test_a_leader_that_cannot_renew_stops_working(api) -> None:
     assert stopped.is_set() and not leader.is_leader.is_set()
 
 
+async def test_a_renewal_the_api_server_holds_ends_at_the_renew_deadline(
+    api, caplog: pytest.LogCaptureFixture
+) -> None:
+    """etcd down: the API server holds the renewal. The leader must step down when its
+    renew deadline passes, not when the request's own 30 s timeout does (past its lease,
+    with a successor already leading)."""
+    server, client = api
+    leader = elector(client, "only")
+    task = asyncio.create_task(leader.run(asyncio.Event().wait))
+    async with asyncio.timeout(10):
+        await leader.is_leader.wait()
+    server.faults.hang("/leases/lock", verb="PUT", times=1000)
+    with pytest.raises(LeadershipLostError, match="lost by only"):
+        async with asyncio.timeout(60):
+            await task
+    messages = [r.getMessage() for r in caplog.records if r.name == "dra_driver.kube.leader"]
+    assert "lease renewal unanswered at the renew deadline" in messages
+    assert "lease renewal failed" not in messages
+
+
+async def test_a_lost_lease_makes_the_replica_a_candidate_again_not_an_exit(api) -> None:
+    server, client = api
+    leader = elector(client, "only")
+    started = [asyncio.Event(), asyncio.Event()]
+    ended = [asyncio.Event(), asyncio.Event()]
+    terms = 0
+
+    async def work() -> None:
+        nonlocal terms
+        term, terms = terms, terms + 1
+        started[term].set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            ended[term].set()
+
+    task = asyncio.create_task(leader.campaign(work))
+    try:
+        async with asyncio.timeout(10):
+            await started[0].wait()
+        rule = server.faults.fail("/leases/lock", verb="PUT", status=500, times=1000)
+        async with asyncio.timeout(30):
+            await ended[0].wait()
+        rule.remaining = 0
+        async with asyncio.timeout(30):
+            await started[1].wait()
+        still_campaigning = not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert still_campaigning and terms == 2
+
+
 async def test_repeated_events_are_folded_into_one_with_a_count(api) -> None:
     _, client = api
     recorder = EventRecorder(client, EventSettings(component="vgpu-dra-controller"))
