@@ -6,16 +6,19 @@ and before it is stored, dry runs included. Each stored binding whose policy
 exists is evaluated as the real dispatcher does: the policy's matchConstraints,
 then the binding's matchResources, then matchConditions (all true, else the
 policy does not apply), then the validations in order with the lazily
-evaluated variables. A failed validation, or an error under failurePolicy Fail,
-is acted on by the binding's validationActions: Deny refuses the write with the
-first denial (reason and code from the validation), Warn adds a `Warning`
-header, Audit records nothing visible. The CEL is in policy_cel.py, what a
-request matches in policy_matching.py, the checks on policy writes in
-rules_admission.py.
+evaluated variables, once per param the binding selects (policy_params.py;
+`params` is null for a policy or binding without parameters). A failed
+validation, or an error under failurePolicy Fail, is acted on by the binding's
+validationActions: Deny refuses the write with the first denial (reason and
+code from the validation), Warn adds a `Warning` header, Audit records nothing
+visible. A policy or binding that cannot be evaluated (a paramKind not served,
+params not found under `parameterNotFoundAction: Deny`) refuses the write under
+failurePolicy Fail whatever the actions, as the real dispatcher's configuration
+errors do. The CEL is in policy_cel.py, what a request matches in
+policy_matching.py, the checks on policy writes in rules_admission.py.
 
-Parameterised policies are refused when stored (rules_admission.py), so
-`params` is always null here. With no binding stored, `active()` is one dict
-lookup: a write without policies costs nothing measurable.
+With no binding stored, `active()` is one dict lookup: a write without
+policies costs nothing measurable.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .policy_cel import (
 )
 from .policy_matching import Request, resources_match
 from .policy_memo import DecisionMemo, projection
+from .policy_params import ParamError, ParamSource
 from .registry import ADMISSION, Registry
 from .store import Storage
 
@@ -97,6 +101,7 @@ class PolicyAdmission:
         self._bindings = storage.bucket(bindings).objects if bindings is not None else {}
         self._namespaces = registry.get("", "v1", "namespaces")
         self._memo = DecisionMemo()
+        self._params = ParamSource(storage, registry)
 
     def active(self) -> bool:
         """Whether any binding is stored (else no write needs looking at)."""
@@ -105,10 +110,11 @@ class PolicyAdmission:
     def review(self, request: Request, context: RequestContext, dry_run: bool) -> None:
         """Refuse the write (ApiError) on a Deny; add Warn messages to the context."""
         policies = {key[1]: policy for key, policy in self._policies.items()}
-        denials: list[tuple[str, str, _Decision]] = []
+        denials: list[tuple[str, str | None, _Decision]] = []
         for name in sorted(policies):
             policy = policies[name]
             spec = policy.get("spec") or {}
+            fail = _failure_policy(policy) != "Ignore"
             bindings = [
                 b
                 for _, b in sorted(self._bindings.items())
@@ -118,15 +124,34 @@ class PolicyAdmission:
                 spec.get("matchConstraints"), request, lambda: self._namespace_labels(request)
             ):
                 continue
+            try:
+                self._params.resource(spec.get("paramKind"))
+            except ParamError as error:
+                if fail:
+                    denials.append((name, None, _Decision(f"failed to configure policy: {error}")))
+                continue
             for binding in bindings:
                 binding_spec = binding.get("spec") or {}
+                binding_name = binding["metadata"]["name"]
                 match = binding_spec.get("matchResources")
                 if match and not resources_match(
                     match, request, lambda: self._namespace_labels(request)
                 ):
                     continue
-                decisions = self._decide(policy, request, context.user, dry_run)
-                binding_name = binding["metadata"]["name"]
+                try:
+                    params = self._params.collect(
+                        spec.get("paramKind"), binding_spec.get("paramRef"), request.namespace
+                    )
+                except ParamError as error:
+                    if fail:
+                        decision = _Decision(f"failed to configure binding: {error}")
+                        denials.append((name, binding_name, decision))
+                    continue
+                decisions = [
+                    decision
+                    for param in params
+                    for decision in self._decide(policy, request, context.user, dry_run, param)
+                ]
                 actions = binding_spec.get("validationActions") or []
                 for decision in decisions:
                     if "Deny" in actions:
@@ -144,33 +169,47 @@ class PolicyAdmission:
     # ---- one policy ---------------------------------------------------------------
 
     def _decide(
-        self, policy: Mapping[str, Any], request: Request, user: UserInfo, dry_run: bool
+        self,
+        policy: Mapping[str, Any],
+        request: Request,
+        user: UserInfo,
+        dry_run: bool,
+        param: dict[str, Any] | None,
     ) -> list[_Decision]:
-        """`_validate`, remembered by what the policy's CEL reads (policy_memo.py)."""
+        """`_validate` with `params` bound to `param`, remembered by what the policy's CEL
+        reads (policy_memo.py): the param's fields are read like the request's, so a
+        changed param is a different key."""
         paths = self._memo.paths(policy)
         if paths is None:
-            return self._validate(policy, request, user, dry_run)
+            return self._validate(policy, request, user, dry_run, param)
         roots = {
             "object": request.obj,
             "oldObject": request.old,
             "request": _request_value(request, user, dry_run),
+            "params": param,
         }
         if any(path[0] == "namespaceObject" for path in paths):
             roots["namespaceObject"] = self._namespace_object(request)
         key = projection(roots, paths)
         found = self._memo.get(policy, key)
         if found is None:
-            found = tuple(self._validate(policy, request, user, dry_run))
+            found = tuple(self._validate(policy, request, user, dry_run, param))
             self._memo.put(policy, key, found)
         return list(found)
 
     def _validate(
-        self, policy: Mapping[str, Any], request: Request, user: UserInfo, dry_run: bool
+        self,
+        policy: Mapping[str, Any],
+        request: Request,
+        user: UserInfo,
+        dry_run: bool,
+        param: dict[str, Any] | None,
     ) -> list[_Decision]:
         """The decisions that do not admit; an error counts only under failurePolicy Fail."""
         spec = policy.get("spec") or {}
         fail = _failure_policy(policy) != "Ignore"
-        activation = self._activation(request, user, dry_run, spec.get("variables") or [])
+        variables = spec.get("variables") or []
+        activation = self._activation(request, user, dry_run, param, variables)
         errors = []
         for condition in spec.get("matchConditions") or []:
             try:
@@ -203,6 +242,7 @@ class PolicyAdmission:
         request: Request,
         user: UserInfo,
         dry_run: bool,
+        param: dict[str, Any] | None,
         variables: list[Mapping[str, Any]],
     ) -> dict[str, Any]:
         lazy = LazyVariables({v["name"]: compile_expression(v["expression"]) for v in variables})
@@ -210,7 +250,7 @@ class PolicyAdmission:
             "object": to_cel(request.obj),
             "oldObject": to_cel(request.old),
             "request": to_cel(_request_value(request, user, dry_run)),
-            "params": None,
+            "params": to_cel(param),
             "namespaceObject": to_cel(self._namespace_object(request)),
             "variables": lazy,
         }
@@ -282,11 +322,11 @@ def _message(validation: Mapping[str, Any], activation: Mapping[str, Any]) -> st
     return f"failed expression: {validation.get('expression', '').strip()}"
 
 
-def _denied(request: Request, policy: str, binding: str, decision: _Decision) -> ApiError:
+def _denied(request: Request, policy: str, binding: str | None, decision: _Decision) -> ApiError:
     """The Status kube-apiserver answers: admission.NewForbidden's wording, the
-    validation's reason and its code."""
-    text = f"ValidatingAdmissionPolicy '{policy}' with binding '{binding}' denied request: "
-    text += decision.message
+    validation's reason and its code (no binding for a policy's configuration error)."""
+    bound = "" if binding is None else f" with binding '{binding}'"
+    text = f"ValidatingAdmissionPolicy '{policy}'{bound} denied request: {decision.message}"
     subject = obj if (obj := request.obj) is not None else request.old
     meta = (subject or {}).get("metadata") or {}
     name = request.name or meta.get("name") or meta.get("generateName") or "Unknown"

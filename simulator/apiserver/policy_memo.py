@@ -14,7 +14,9 @@ where it stops being plain, which only makes the key bigger, never wrong;
 comprehension variable that shadows a root name reads values its range's chain
 already covers. `projection` takes those values out of a request (a missing field
 is recorded as missing, a value that is not a map as a whole), and `DecisionMemo`
-keys decisions on (policy uid, resourceVersion, projection).
+keys decisions on (policy uid, resourceVersion, projection). `params` is a root
+like the others, taken from the param object each evaluation is bound to, so an
+edited param (a Lease with a new holder) is a new key, never a stale answer.
 
 So ten thousand pods with the same containers cost one evaluation; a claim whose
 allocation differs from every other's costs one each, as before.

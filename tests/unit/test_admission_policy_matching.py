@@ -267,26 +267,6 @@ def test_unsupported_or_invalid_cel_refuses_the_policy(expression: str, detail: 
     assert compile_expression(expression).error is not None
 
 
-def test_parameterised_policies_and_bindings_are_refused() -> None:
-    cluster = _cluster()
-    policy = {
-        "metadata": {"name": "p"},
-        "spec": {
-            "paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
-            "matchConstraints": {"resourceRules": [RULE]},
-            "validations": [{"expression": "true"}],
-        },
-    }
-    with pytest.raises(ApiError, match=r"spec\.paramKind: Forbidden: the API emulator does not"):
-        cluster.create(POLICIES, "", policy)
-    binding = {
-        "metadata": {"name": "b"},
-        "spec": {"policyName": "p", "validationActions": ["Deny"], "paramRef": {"name": "x"}},
-    }
-    with pytest.raises(ApiError, match=r"spec\.paramRef: Forbidden: .*parameterised policies"):
-        cluster.create(BINDINGS, "", binding)
-
-
 @given(
     labels=st.dictionaries(st.sampled_from("abcd"), st.sampled_from(["1", "2"]), max_size=4),
     wanted=st.dictionaries(st.sampled_from("abcd"), st.sampled_from(["1", "2"]), max_size=2),
