@@ -9,6 +9,10 @@ annotation's devices have in the engine (controller/mixed_usage.py). The state
 calls back with the nodes whose DRA usage changed, so only those are reset in
 the engine.
 
+A pod refused for room on a node where claims hold GPUs is told which
+(`holders`): the refusal names the other mode's holders, as the node side's
+does.
+
 At Bind, under the node lock, `problems` re-reads the claims from the API:
 the informer may not yet show an allocation the controller wrote a moment
 ago, and the lock orders the two writers, so what the API shows then is all
@@ -19,15 +23,15 @@ the extender must fit beside.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
-from controller.inventory import Inventory, build_inventory, charge_claims
+from controller.inventory import Inventory, build_inventory, charge_claims, claim_usage
 from controller.mixed_usage import NodeUsage, add_usage, claims_usage, over_commits
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
-from dra_driver.kube.informer import Informer, InformerSettings
+from dra_driver.kube.informer import Informer, InformerSettings, object_key
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.claim_workloads import DRIVER_NAME
 from dra_driver.objects.resource_api import RESOURCE_API
@@ -44,7 +48,37 @@ class DraHolds(Protocol):
     def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
         """Charge what each namespace's claims hold to its quota of their devices' vendor."""
 
+    def holders(self, nodes: Collection[str]) -> dict[str, str]:
+        """Per node of `nodes` where allocated claims hold GPUs, what a refusal says of them."""
+
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]: ...
+
+
+def claim_holders(
+    claims: Iterable[dict[str, Any]], inventory: Inventory, nodes: Collection[str]
+) -> dict[str, str]:
+    """Per node of `nodes`, the claims holding its GPUs and what each holds there:
+    `DRA claims on GPU-a: ns/x (12288 MiB, 30 cores), ns/y (...); on GPU-b: ...`."""
+    held: dict[str, dict[str, dict[str, DeviceUsage]]] = {}
+    for claim in claims:
+        for device, amount in claim_usage(claim, inventory):
+            if device.node not in nodes:
+                continue
+            on_gpu = held.setdefault(device.node, {}).setdefault(device.uuid, {})
+            key = object_key(claim)
+            on_gpu[key] = on_gpu.get(key, DeviceUsage()).plus(amount)
+    return {
+        node: "DRA claims "
+        + "; ".join(
+            f"on {uuid}: "
+            + ", ".join(
+                f"{name} ({amount.memory_mib} MiB, {amount.cores} cores)"
+                for name, amount in sorted(by_claim.items())
+            )
+            for uuid, by_claim in sorted(gpus.items())
+        )
+        for node, gpus in held.items()
+    }
 
 
 class NoDraUsage:
@@ -57,6 +91,9 @@ class NoDraUsage:
 
     def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
         return None
+
+    def holders(self, nodes: Collection[str]) -> dict[str, str]:
+        return {}
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
         return []
@@ -93,6 +130,9 @@ class DraUsage:
 
     def charge_quota(self, ledger: QuotaLedger, vendors: VendorRegistry) -> None:
         charge_claims(ledger, self.claims.store.values(), self.inventory, vendors)
+
+    def holders(self, nodes: Collection[str]) -> dict[str, str]:
+        return claim_holders(self.claims.store.values(), self.inventory, nodes)
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
         """Why `legacy` (every legacy share on the node, the binding pod's included) does

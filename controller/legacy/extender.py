@@ -9,7 +9,8 @@ head of the queue waits, up to `node_lock_retry_timeout`, for the holder's
 release (woken by the node watch) before HAMi's rules decide; a lock still held
 then, by any pod of any process, fails the bind as HAMi's does. In mixed mode
 (`LegacySettings.mixed_mode`) Filter counts DRA claims' allocations on the
-registered GPUs, and Bind, holding the lock, re-reads the claims and fails if
+registered GPUs, names the claims holding a node's GPUs when the pod finds
+no room there, and Bind, holding the lock, re-reads the claims and fails if
 the pod's shares no longer fit beside them (kube-scheduler then filters
 again). Answers use the Go field names of `k8s.io/kube-scheduler/extender/v1`.
 A pod-level problem (a bad resource value, an API failure) is answered with
@@ -33,7 +34,18 @@ from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
 from dra_driver.engine.engine import Placement
 from dra_driver.engine.model import DeviceUsage
-from dra_driver.engine.reasons import NODE_UNREGISTERED, summarize_failures
+from dra_driver.engine.reasons import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_COMPUTE_UNITS_EXHAUSTED,
+    CARD_INSUFFICIENT_CORE,
+    CARD_INSUFFICIENT_MEMORY,
+    CARD_TIME_SLICING_EXHAUSTED,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    NODE_INSUFFICIENT_DEVICE,
+    NODE_UNREGISTERED,
+    parse_reason,
+    summarize_failures,
+)
 from dra_driver.engine.requests import PodRequest
 from dra_driver.engine.usage import collapse_pod_usage
 from dra_driver.engine.vendor_backends.base import (
@@ -58,6 +70,19 @@ FILTERING_SUCCEED = "FilteringSucceed"
 FILTERING_FAILED = "FilteringFailed"
 BINDING_FAILED = "BindingFailed"
 LOCK_RECHECK_S = 1.0
+SHORT_OF_ROOM = frozenset(
+    {
+        CARD_INSUFFICIENT_MEMORY,
+        CARD_INSUFFICIENT_CORE,
+        CARD_TIME_SLICING_EXHAUSTED,
+        CARD_COMPUTE_UNITS_EXHAUSTED,
+        EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+        NODE_INSUFFICIENT_DEVICE,
+        ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    }
+)
+"""Reasons that say a node's GPUs are taken (not of the wrong kind): what others hold
+there is worth naming."""
 """A waiting Bind looks at the lock again this often even without a node event: a
 holder pod that is deleted or a lock that expires changes nothing on the node."""
 
@@ -144,6 +169,15 @@ def filter_answer(
     }
 
 
+def _naming(failed: Mapping[str, str], holders: Mapping[str, str]) -> dict[str, str]:
+    """FailedNodes with each node's holders after HAMi's `k/N Reason` text, which stays
+    first so that what reads HAMi's reasons still finds them."""
+    return {
+        node: f"{reason}; {holders[node]}" if node in holders else reason
+        for node, reason in failed.items()
+    }
+
+
 def pod_annotations(
     placement: Placement, backends: Iterable[VendorBackend], context: PatchContext
 ) -> dict[str, str]:
@@ -217,6 +251,12 @@ class Extender:
             return self._simulate(request, args)
         return await self._filter(pod, request, args.candidates)
 
+    def _dra_holders(self, failed: Mapping[str, str]) -> dict[str, str]:
+        """Mixed mode: for each node whose GPUs had no room, the DRA claims holding them
+        (empty outside mixed mode, or where no claim holds a GPU)."""
+        short = [node for node, reason in failed.items() if SHORT_OF_ROOM & {*parse_reason(reason)}]
+        return self.state.dra.holders(short) if short else {}
+
     def _split(self, candidates: list[str]) -> tuple[list[str], dict[str, str]]:
         """Candidates the engine knows, and why each of the others cannot be used."""
         known = self.state.usable
@@ -246,7 +286,7 @@ class Extender:
             return filter_answer(error=f"pod {_pod_name(args.pod)}: {error}")
         failed.update(decision.failures)
         if decision.placement is None:
-            return filter_answer(failed=failed, nodes=[])
+            return filter_answer(failed=_naming(failed, self._dra_holders(failed)), nodes=[])
         chosen = [
             n
             for n in args.nodes or []
@@ -281,10 +321,13 @@ class Extender:
                     )
                 )
         if placement is None:
-            message = summarize_failures(failed)
+            holders = self._dra_holders(failed)
+            message = summarize_failures(failed) + "".join(
+                f". {node}: {note}" for node, note in sorted(holders.items())
+            )
             log.info("no node fits", extra={"pod": _pod_name(pod), "reasons": failed})
             self._pod_event(pod, WARNING, FILTERING_FAILED, message)
-            return filter_answer([], failed)
+            return filter_answer([], _naming(failed, holders))
         node = placement.node
         context = PatchContext(
             pod=pod,
