@@ -192,7 +192,13 @@ class ClusterState:
             )
         self._tasks.append(asyncio.create_task(self._refresh_health(), name="legacy-health"))
         synced = asyncio.create_task(self._synced(), name="legacy-synced")
-        await asyncio.wait([synced, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait([synced, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Stopped while the API server is away: nothing may outlive the start.
+            await cancel_and_wait([synced])
+            await self.aclose()
+            raise
         if not synced.done():
             await cancel_and_wait([synced])
             failed = next(task for task in self._tasks if task.done())

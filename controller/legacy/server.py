@@ -4,6 +4,10 @@
 /migrate` (the opt-in DRA migration, `controller.migration.webhook`), `GET
 /healthz` (the process answers), `GET /readyz` (the caches have listed) and
 `GET /metrics` (HAMi's scheduler metrics).
+It listens at once and then waits for the API server (`dra_driver.kube.api_wait`):
+meanwhile /healthz answers, /readyz says why it is not ready, and extender and
+webhook calls get that reason with a 503, as kube-scheduler and the API server
+would get no answer at all from a process that exited or did not listen yet.
 Bodies are limited to 1 MiB (413 beyond). /filter, /bind and /webhook answer
 only authenticated, allowed callers (caller_auth.py): a client certificate
 verified against one of `client_cas` or a bearer token TokenReview vouches for
@@ -29,7 +33,12 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from controller.legacy.admission import AdmissionDecision, allow, review_pod
-from controller.legacy.caller_auth import CallerAuthenticator
+from controller.legacy.caller_auth import (
+    EXTENDER_PATHS,
+    WEBHOOK_PATHS,
+    CallerAuthenticator,
+    Handler,
+)
 from controller.legacy.cluster import ClusterState
 from controller.legacy.config import LegacySettings
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
@@ -38,13 +47,20 @@ from controller.legacy.pod_shape import check_pod_shape
 from controller.metrics import HamiSchedulerCollector
 from controller.migration.webhook import MIGRATE_PATH, MigrationWebhook
 from dra_driver.errors import InvalidParameterError
+from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
+from dra_driver.process.runtime import finished_before_stop
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20
+COMPONENT = "legacy-scheduler"
+"""Its name in the User-Agent (one for extender and webhook: one ServiceAccount) and logs."""
+CACHE_PATHS = EXTENDER_PATHS | WEBHOOK_PATHS
+"""Calls answered from the caches, so refused until they have listed."""
+CACHES_NOT_SYNCED = "caches not synced"
 REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
 
@@ -134,12 +150,16 @@ class LegacyServer:
         settings: LegacySettings,
         serve: ServeSettings,
         state: ClusterState | None = None,
+        api_wait: ApiWait | None = None,
     ) -> None:
         # Extender and webhook share one ServiceAccount, so one User-Agent for the RBAC audit.
-        client = client.for_component("legacy-scheduler")
+        client = client.for_component(COMPONENT)
         self.client = client
         self.settings = settings
         self.serve = serve
+        self.api_wait = api_wait or ApiWait(COMPONENT)
+        self._listed = False
+        """Set once the caches have listed: extender and webhook calls are answered."""
         events = EventRecorder(client, EventSettings(component=settings.scheduler_name))
         self.state = state or ClusterState(
             client, settings, write_handshakes=serve.extender, events=events
@@ -157,7 +177,8 @@ class LegacyServer:
 
     def app(self) -> web.Application:
         app = web.Application(
-            client_max_size=MAX_BODY_BYTES, middlewares=[self.caller_auth.middleware]
+            client_max_size=MAX_BODY_BYTES,
+            middlewares=[self.caller_auth.middleware, self._until_listed],
         )
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -171,9 +192,8 @@ class LegacyServer:
         return app
 
     async def start(self) -> None:
+        """Listen, then wait for the API server and fill the caches."""
         context = self.serve.ssl_context()
-        await self.state.start()
-        self.extender.events.start()
         self._runner = web.AppRunner(self.app(), access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.serve.host, self.serve.port, ssl_context=context)
@@ -185,10 +205,17 @@ class LegacyServer:
                 "--host/--port", f"cannot listen on {self.serve.host}:{self.serve.port}: {error}"
             ) from error
         self.port = self._runner.addresses[0][1]
-        log.info(
-            "legacy scheduler serving",
-            extra={"host": self.serve.host, "port": self.port, "tls": context is not None},
-        )
+        address = {"host": self.serve.host, "port": self.port, "tls": context is not None}
+        log.info("legacy scheduler listening, caches not listed yet", extra=address)
+        try:
+            await self.api_wait.until_serving(self.client)
+            await self.state.start()
+        except BaseException:
+            await self.aclose()
+            raise
+        self.extender.events.start()
+        self._listed = True
+        log.info("legacy scheduler serving", extra=address)
 
     async def aclose(self) -> None:
         if self._runner is not None:
@@ -228,10 +255,23 @@ class LegacyServer:
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    def not_ready(self) -> str | None:
+        """Why /readyz answers 503, None when it answers ok."""
+        if self.api_wait.problem is not None:
+            return self.api_wait.problem
+        return None if self.state.ready else CACHES_NOT_SYNCED
+
     async def _readyz(self, _: web.Request) -> web.Response:
-        if self.state.ready:
+        problem = self.not_ready()
+        if problem is None:
             return web.Response(text="ok")
-        return web.Response(text="caches not synced", status=503)
+        return web.Response(text=problem, status=503)
+
+    @web.middleware
+    async def _until_listed(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self._listed or request.path not in CACHE_PATHS:
+            return await handler(request)
+        return web.json_response({"Error": self.not_ready() or CACHES_NOT_SYNCED}, status=503)
 
     async def _metrics(self, _: web.Request) -> web.Response:
         """HAMi's scheduler metrics (hami-protocol.md §8) from the scheduler's cache."""
@@ -273,11 +313,14 @@ async def serve_legacy(
     serve: ServeSettings,
     kubeconfig: Path | None,
     stop: asyncio.Event,
+    api_wait: ApiWait | None = None,
 ) -> None:
     """Run until `stop` is set (the CLI's entry point)."""
-    client = await KubeClient.from_kubeconfig(kubeconfig, component="legacy-scheduler")
+    client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
+    server = LegacyServer(client, settings, serve, api_wait=api_wait)
     try:
-        async with LegacyServer(client, settings, serve):
+        if await finished_before_stop(stop, server.start()):
             await stop.wait()
     finally:
+        await server.aclose()
         await client.aclose()
