@@ -43,7 +43,13 @@ from controller.inventory import (
     build_inventory,
     quota_ledger,
 )
-from controller.mixed_usage import LegacyHold, add_holds, legacy_backends, legacy_hold
+from controller.mixed_usage import (
+    LegacyHold,
+    add_holds,
+    charge_holds,
+    legacy_backends,
+    legacy_hold,
+)
 from controller.node_filter import NodeFilter
 from controller.object_state import (
     allocated_node,
@@ -499,6 +505,7 @@ class ClusterView:
             self._claim_usage.usage_by_node(claims, self.inventory), self.legacy_holds.values()
         )
         quota = quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors)
+        charge_holds(quota, self.legacy_holds.values())
         if self._engine_inventory is self.inventory:
             sync_engine(self.engine, self.inventory, usage, quota)
         else:

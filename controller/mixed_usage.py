@@ -23,7 +23,9 @@ from typing import Any
 from api.hami_annotations import AnnotationDecodeError
 from controller.inventory import Inventory, usage_by_node
 from controller.legacy.pod_usage import read_pod_allocation
+from dra_driver.engine.engine import vendor_totals
 from dra_driver.engine.model import DeviceUsage, Node
+from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendor_backends.base import VendorBackend
 from dra_driver.engine.vendor_backends.registry import BackendRegistry, build_backends
 
@@ -33,10 +35,13 @@ NodeUsage = dict[str, dict[str, DeviceUsage]]
 
 @dataclass(frozen=True, slots=True)
 class LegacyHold:
-    """What one legacy pod holds: its node and, per device uuid, its usage."""
+    """What one legacy pod holds: its node and, per device uuid, its usage; and what its
+    namespace's quota of each vendor is charged, as (vendor, memory MiB, cores)."""
 
     node: str
     usage: tuple[tuple[str, DeviceUsage], ...]
+    namespace: str = ""
+    quota_use: tuple[tuple[str, int, int], ...] = ()
 
 
 def legacy_backends() -> BackendRegistry:
@@ -56,7 +61,13 @@ def legacy_hold(pod: Mapping[str, Any], backends: Iterable[VendorBackend]) -> Le
         return None
     if allocation is None:
         return None
-    return LegacyHold(allocation.placement.node, tuple(sorted(allocation.usage.items())))
+    quota_use = vendor_totals(allocation.usage, allocation.placement)
+    return LegacyHold(
+        allocation.placement.node,
+        tuple(sorted(allocation.usage.items())),
+        allocation.namespace,
+        tuple(sorted((vendor, memory, cores) for vendor, (memory, cores) in quota_use.items())),
+    )
 
 
 def add_holds(usage: NodeUsage, holds: Iterable[LegacyHold]) -> NodeUsage:
@@ -67,6 +78,15 @@ def add_holds(usage: NodeUsage, holds: Iterable[LegacyHold]) -> NodeUsage:
         for uuid, amount in hold.usage:
             on_node[uuid] = on_node.get(uuid, DeviceUsage()).plus(amount)
     return merged
+
+
+def charge_holds(ledger: QuotaLedger, holds: Iterable[LegacyHold]) -> None:
+    """Charge each legacy pod to its namespace's quota of every vendor it holds: the DRA
+    controller's ledger counts them as HAMi's scheduler does (by the default device
+    config's vendor names, which are the DRA families' request types)."""
+    for hold in holds:
+        for vendor, memory, cores in hold.quota_use:
+            ledger.charge(hold.namespace, vendor, memory, cores)
 
 
 def add_usage(first: NodeUsage, second: Mapping[str, Mapping[str, DeviceUsage]]) -> NodeUsage:

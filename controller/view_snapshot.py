@@ -18,6 +18,7 @@ from api.quantity import QuantityError, parse_quantity
 from controller.cluster_view import ClusterView
 from controller.inventory import Inventory, quota_ledger
 from controller.metrics import QuotaRecord, ShareRecord, ViewSnapshot
+from controller.mixed_usage import charge_holds
 from controller.object_state import allocation_of, reservations_of
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.kube.informer import object_key
@@ -104,6 +105,7 @@ def _share_records(view: ClusterView, claim: dict[str, Any]) -> tuple[ShareRecor
 
 def _quota_records(view: ClusterView, claims: list[dict[str, Any]]) -> tuple[QuotaRecord, ...]:
     ledger = quota_ledger(view.quotas.store.values(), claims, view.inventory, view.vendors)
+    charge_holds(ledger, view.legacy_holds.values())
     records = []
     for (namespace, vendor_name), quota in sorted(ledger.quotas.items()):
         resources = view.vendors.get(vendor_name).resources

@@ -86,7 +86,10 @@ def test_a_legacy_pod_holds_the_sum_of_its_containers_on_its_node() -> None:
     pod = legacy_pod("n1", [("GPU-a", 1000, 10)], [("GPU-a", 500, 5), ("GPU-b", 200, 0)])
     hold = legacy_hold(pod, legacy_backends())
     assert hold == LegacyHold(
-        "n1", (("GPU-a", DeviceUsage(2, 1500, 15)), ("GPU-b", DeviceUsage(1, 200, 0)))
+        "n1",
+        (("GPU-a", DeviceUsage(2, 1500, 15)), ("GPU-b", DeviceUsage(1, 200, 0))),
+        "ns",
+        (("NVIDIA", 1700, 15),),
     )
 
 
