@@ -4,9 +4,13 @@ A faithful port of the rules of HAMi's NVIDIA `Fit` and `fitInDevices`
 (reference/hami-protocol.md §2), written for speed: devices are mutable
 `Slot`s that a caller copies per attempt. NVIDIA's Fit is also HAMi's
 "standard Fit" of most other vendors (Hygon, Iluvatar, ...): their devices
-carry no cordons and no quota applies to them, and the topology-aware policy
-only reaches vendors whose adapter says so. A vendor whose Fit differs
-supplies its own (`VendorAdapter.fit`).
+carry no cordons, and the topology-aware policy only reaches vendors whose
+adapter says so. A vendor whose Fit differs supplies its own
+(`VendorAdapter.fit`). The namespace quota is checked for every vendor the
+ledger holds a quota of (`limits.<that vendor's names>`): HAMi's Fit checks it
+for NVIDIA and Cambricon only and leaves the others to its webhook, which
+counts no memory for a whole card asked by percentage and cannot see pods
+admitted together; DRA claims pass no webhook at all.
 """
 
 from __future__ import annotations

@@ -289,3 +289,30 @@ async def test_hami_fit_resource_quota_counts_every_device(cluster) -> None:
         two = mlu_pod("two", "mlu-multi", vmemory=40, count=2, count_name="cambricon.com/mlu")
         assert (await admit(server, one)).allowed
         assert not (await admit(server, two)).allowed
+
+
+async def test_filter_holds_every_vendor_to_its_quota_not_only_cambricon(cluster) -> None:
+    """HAMi's Hygon Fit checks no quota (its webhook does, and counts no memory for a
+    whole card): here Filter refuses a whole DCU of 65520 MiB against 1000 dcumem, as it
+    does for NVIDIA and Cambricon, and as DRA mode does for every family."""
+    client = cluster
+    register = "DCU-dcu-1-0,4,65520,100,DCU-Z100,0,true,0,hami-core:"
+    metadata = {"name": "dcu-1", "annotations": {"hami.io/node-dcu-register": register}}
+    await client.create(NODES, {"apiVersion": "v1", "kind": "Node", "metadata": metadata})
+    await client.patch(
+        f"{object_path(NODES, 'dcu-1')}/status",
+        {"status": {"allocatable": {"hygon.com/dcunum": "4"}}},
+    )
+    await add_quota(client, NS, {"limits.hygon.com/dcumem": "1000"})
+    async with legacy_scheduler(client) as server, extender_client(server) as scheduler:
+        await wait_for_nodes(server, "dcu-1")
+        await caches_hold(server, quotas=1, allocations=0)
+        whole_card = vendor_pod("whole", NS, {"hygon.com/dcunum": "1"})
+        assert (await admit(server, whole_card)).allowed
+        pod = await create_pod(client, whole_card)
+        answer = await scheduler.filter(pod, await node_objects(client, "dcu-1"))
+        assert answer.failed == {"dcu-1": "1/1 ResourceQuotaNotFit"}
+        within = await create_pod(client, dcu_pod("within", NS, dcumem=1000))
+        assert (await scheduler.filter(within, await node_objects(client, "dcu-1"))).feasible == [
+            "dcu-1"
+        ]
