@@ -199,7 +199,8 @@ def render_report(report: SimulationReport, console: Console) -> None:
                 "\n".join(container.cdi_devices) or "-",
                 env or "-",
             )
-    console.print(pods)
+    if report.running:
+        console.print(pods)
     if any(pod.devices for pod in report.running):
         console.print(devices_table(report.running))
     if any(pod.spec_files for pod in report.running):

@@ -7,7 +7,8 @@ that same write, stamps an `allocationTimestamp` the allocator left out (the API
 refuses that as "field is immutable", so such a pod never binds), and writes nothing
 when the claim is already reserved for the pod; then `pods/binding`. Filter runs
 kube-scheduler's default plugin order (node_fit.py): a node that fails the node
-predicates (taints, selector, unschedulable, cpu/memory/pods) never reaches
+predicates (taints, selector, unschedulable, NodeResourcesFit: pods and every resource
+the pod requests, 0 where the node lists none) never reaches
 DynamicResources' check of the allocated claims, so when the pod fits nowhere for such
 reasons the claim stays allocated and unreserved; a node that passes them but that
 an allocated claim cannot reach marks the claim unavailable, and PostFilter then
@@ -15,6 +16,10 @@ clears ONE unavailable claim reserved by nobody or only by this pod. Either way 
 pod gets PodScheduled=False. A pod whose claim does not exist yet (a template's claim
 kube-controller-manager has not made) is kept out of the queue as DynamicResources'
 PreEnqueue keeps it: nothing is tried or written until its claim or the pod changes.
+
+A DRA extended resource (a DeviceClass's resource name the node does not list), which
+kube-scheduler allocates through a claim of its own making, is not modelled: the node
+is refused with DRA_EXTENDED_NOT_MODELLED rather than the pod placed without devices.
 
 By default it never allocates claims itself (the controller-allocated mode: an
 unallocated claim leaves the pod pending). With `SchedulerSettings(allocate=True)` it
@@ -63,13 +68,17 @@ from simulator.standins.dra_scheduler_cache import SchedulerCache, key_of
 from simulator.standins.dra_scheduler_queue import SchedulingQueue
 from simulator.standins.node_fit import (
     CLAIM_NOT_ON_NODE,
+    DRA_EXTENDED_NOT_MODELLED,
+    FitFailure,
     NodeInfo,
     deallocatable,
+    dra_extended_requests,
+    dra_extended_resources,
     fit_failure_on,
     pinned_nodes,
     unavailable_claims,
 )
-from simulator.standins.scheduler_extender import FilterResult, unschedulable_message
+from simulator.standins.scheduler_extender import fit_error_message
 from simulator.standins.watch_reflector import Reflector
 
 log = logging.getLogger(__name__)
@@ -228,10 +237,10 @@ class DRAScheduler:
             "nodes": self.api.core.list_node,
             "pods": self.api.core.list_pod_for_all_namespaces,
             "claims": self.api.resource.list_resource_claim_for_all_namespaces,
+            "classes": self.api.resource.list_device_class,
         }
         if self.settings.allocate:
             watched["slices"] = self.api.resource.list_resource_slice
-            watched["classes"] = self.api.resource.list_device_class
         return watched
 
     async def _finish(self, state: _RunState, pod: dict[str, Any], decision: _Decision) -> None:
@@ -349,6 +358,7 @@ class DRAScheduler:
         """Filter over the nodes, first feasible wins; when none is, the FitError message
         over every node and PostFilter's pick."""
         requested = pod_resource_requests(pod)
+        dra_resources = dra_extended_resources(cache.classes.values())
         allocator = (
             _Allocator(cache, [claims[i] for i in unallocated])
             if (self.settings.allocate and unallocated)
@@ -360,31 +370,34 @@ class DRAScheduler:
             # Every feasible node is among these: try them first, and walk every node
             # only to word the failure when none of them fits.
             candidates = [cache.nodes[name] for name in sorted(pinned) if name in cache.nodes]
-            placed = _first_fit(pod, requested, candidates, claims, unallocated, allocator)
+            placed = _first_fit(
+                pod, requested, dra_resources, candidates, claims, unallocated, allocator
+            )
             if placed is not None:
                 return placed
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
+        reasons: dict[str, tuple[str, ...]] = {}
+        resolvable = 0
         unavailable: set[int] = set()
         for info in nodes:
-            reason = fit_failure_on(pod, requested, info)
-            if reason is None:
-                missing = unavailable_claims(info.node, claims)
-                if missing:
-                    unavailable.update(missing)
-                    reason = CLAIM_NOT_ON_NODE, False
+            failure = fit_failure_on(pod, requested, info, dra_resources)
+            if failure is None:
+                failure = _dynamic_resources_failure(requested, info, dra_resources, claims)
+                if failure is not None and failure.reasons == (CLAIM_NOT_ON_NODE,):
+                    unavailable.update(unavailable_claims(info.node, claims))
             picks: list[Pick] = []
-            if reason is None and unallocated:
+            if failure is None and unallocated:
                 planned = allocator.plan(info) if allocator is not None else None
                 if planned is None:
-                    reason = CANNOT_ALLOCATE, False
+                    failure = FitFailure.of(CANNOT_ALLOCATE)
                 else:
                     picks = planned
-            if reason is None:
+            if failure is None:
                 allocations = allocator.allocations(info, picks, unallocated) if allocator else {}
                 return _Placement(info.name, claims, allocations)
-            (failed if reason[1] else unresolvable)[info.name] = reason[0]
-        message = unschedulable_message(len(nodes), FilterResult([], failed, unresolvable))
+            reasons[info.name] = failure.reasons
+            if failure.resolvable:
+                resolvable += 1
+        message = fit_error_message(len(nodes), reasons, resolvable)
         uid = pod["metadata"]["uid"]
         cleared = next(
             (claims[i] for i in sorted(unavailable) if deallocatable(claims[i], uid)), None
@@ -402,9 +415,25 @@ async def _first_of(stop: Coroutine[Any, Any, Any], *synced: Coroutine[Any, Any,
             waiter.cancel()
 
 
+def _dynamic_resources_failure(
+    requested: Mapping[str, Decimal],
+    info: NodeInfo,
+    dra_resources: frozenset[str],
+    claims: Sequence[Mapping[str, Any]],
+) -> FitFailure | None:
+    """DynamicResources' Filter on a node that passed the others: every allocated claim
+    reachable from it; a DRA extended resource the stand-in cannot allocate refused."""
+    if unavailable_claims(info.node, claims):
+        return FitFailure.of(CLAIM_NOT_ON_NODE)
+    if dra_extended_requests(requested, info, dra_resources):
+        return FitFailure.of(DRA_EXTENDED_NOT_MODELLED)
+    return None
+
+
 def _first_fit(
     pod: dict[str, Any],
     requested: Mapping[str, Decimal],
+    dra_resources: frozenset[str],
     nodes: Sequence[NodeInfo],
     claims: list[dict[str, Any]],
     unallocated: Sequence[int],
@@ -412,7 +441,9 @@ def _first_fit(
 ) -> _Placement | None:
     """The first of `nodes` that passes every Filter check, as a placement."""
     for info in nodes:
-        if fit_failure_on(pod, requested, info) or unavailable_claims(info.node, claims):
+        if fit_failure_on(pod, requested, info, dra_resources) or _dynamic_resources_failure(
+            requested, info, dra_resources, claims
+        ):
             continue
         picks: list[Pick] = []
         if unallocated:

@@ -2,13 +2,13 @@
 
 Like kube-scheduler's informers and scheduler cache, it holds the nodes (as
 node_fit.NodeInfo, with the requests of the pods bound or assumed there), the pods,
-the ResourceClaims, and, for the scheduler-allocated mode, the ResourceSlices and
-DeviceClasses. A pod the scheduler placed counts on its node from that moment
-("assumed"), before its binding is written, so the next cycle does not hand the same
-room out again; an allocation it decided counts the same way until the watch shows
-it. It tells its owner, through callbacks, which pending pods to (re)consider: a new
-or changed pending pod, the pods using a claim that changed, every parked pod when a
-node or slice changed in a way that matters to Filter.
+the ResourceClaims, the DeviceClasses (the resource names they answer to), and, for the
+scheduler-allocated mode, the ResourceSlices. A pod the scheduler placed counts on its
+node from that moment ("assumed"), before its binding is written, so the next cycle
+does not hand the same room out again; an allocation it decided counts the same way
+until the watch shows it. It tells its owner, through callbacks, which pending pods
+to (re)consider: a new or changed pending pod, the pods using a claim that changed,
+every parked pod when a node, slice or class changed in a way that matters to Filter.
 
 It does no I/O: watch_reflector.Reflector feeds `apply` (or `fill` with listed
 objects for a one-off cycle), and it is only touched from the event loop.

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from dra_driver.errors import DriverError
 from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls, stop_grpc_server
 from simulator.standins.kubelet_dra import finish_call, go_rpc_error
+from simulator.standins.node_fit import is_extended_resource_name
 
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"
@@ -36,19 +36,6 @@ API_VERSION = "v1beta1"
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 ADMISSION_ERROR_REASON = "UnexpectedAdmissionError"
-
-_QUALIFIED_NAME = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
-def is_extended_resource_name(name: str) -> bool:
-    """kubelet's test: a domain-qualified name outside kubernetes.io, not a quota name."""
-    if name.startswith("requests.") or not _QUALIFIED_NAME.match(name):
-        return False
-    domain = name.split("/", 1)[0]
-    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
 class AdmissionRejectedError(DriverError):

@@ -2,18 +2,31 @@
 
 Owns the checks kube-scheduler runs per node besides allocating devices, in the
 order of its default plugins: an unschedulable node, an untolerated
-NoSchedule/NoExecute taint, the pod's node selector, the pods/cpu/memory the node
-has left; then DynamicResources' check that the node can reach every allocated
-claim, and which of those claims PostFilter may deallocate. Each answers the reason
-kube-scheduler reports and whether preemption could resolve it (which shapes the
-"preemption:" part of the message).
+NoSchedule/NoExecute taint, the pod's node selector, then NodeResourcesFit; then
+DynamicResources' check that the node can reach every allocated claim, and which of
+those claims PostFilter may deallocate. Each answers the reasons kube-scheduler
+reports and whether preemption could resolve them (which shapes the "preemption:"
+part of the message).
+
+NodeResourcesFit is `noderesources/fit.go fitsRequest` of v1.36: a resource the node
+does not list in allocatable counts as 0 there (so a pod asking `nvidia.com/gpu`
+of a node without the device plugin is `Insufficient nvidia.com/gpu`, the wire
+fixtures' text), `pods` included; every insufficient resource is a reason; a request
+larger than the node's whole allocatable is unresolvable (preemption cannot help).
+A DRA extended resource, the name a DeviceClass answers to
+(`deviceclass.resource.kubernetes.io/<class>` or its extendedResourceName), that the
+node does not list is DynamicResources' to allocate, not NodeResourcesFit's to refuse;
+with DRAExtendedResource on, fit.go also leaves any unlisted scalar to DynamicResources
+when the pod asks for no extended resource at all (it reads no class mapping then).
 Pure over the objects given; it may call dra_driver.objects.node_predicates and
 the admission stand-in's quantity reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -30,6 +43,65 @@ from dra_driver.objects.node_predicates import (
 from simulator.standins.admission import quantity_value
 
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
+DRA_EXTENDED_NOT_MODELLED = "the stand-in does not allocate DRA extended resources"
+"""The stand-in's own reason where kube-scheduler's DynamicResources would allocate a
+DRA extended resource from its class's devices (a special claim the stand-in does
+not make): such a pod is refused, never placed without its devices."""
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+"""The resources fit.go checks by name, only when the pod asks for some (> 0)."""
+
+_QUALIFIED_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_extended_resource_name(name: str) -> bool:
+    """kubelet's test: a domain-qualified name outside kubernetes.io, not a quota name."""
+    if name.startswith("requests.") or not _QUALIFIED_NAME.match(name):
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_scalar(name: str) -> bool:
+    """schedutil.IsScalarResourceName: what NodeInfo counts besides cpu, memory, storage
+    and pods (anything else a pod names is ignored by the fit). Both tests are cached:
+    Filter asks them per node, of the few names pods use."""
+    return (
+        is_extended_resource_name(name)
+        or name.startswith(("hugepages-", "attachable-volumes-"))
+        or "kubernetes.io/" in name
+    )
+
+
+def dra_extended_resources(classes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The resource names DeviceClasses answer to (extended.DeviceClassMapping): every
+    class's implicit `deviceclass.resource.kubernetes.io/<name>` and its
+    `spec.extendedResourceName`."""
+    names: set[str] = set()
+    for device_class in classes:
+        names.add(DEVICE_CLASS_RESOURCE_PREFIX + device_class["metadata"]["name"])
+        explicit = (device_class.get("spec") or {}).get("extendedResourceName")
+        if explicit:
+            names.add(explicit)
+    return frozenset(names)
+
+
+@dataclass(frozen=True, slots=True)
+class FitFailure:
+    """A node's failed Filter status: the reasons (NodeResourcesFit gives one per
+    insufficient resource) and whether preemption could resolve them."""
+
+    reasons: tuple[str, ...]
+    resolvable: bool
+
+    @classmethod
+    def of(cls, reason: str, resolvable: bool = False) -> FitFailure:
+        return cls((reason,), resolvable)
 
 
 def pod_untolerated_taint(node: dict[str, Any], pod: dict[str, Any]) -> Mapping[str, Any] | None:
@@ -79,39 +151,79 @@ class NodeInfo:
 
 
 def fit_failure_on(
-    pod: Mapping[str, Any], requested: Mapping[str, Decimal], info: NodeInfo
-) -> tuple[str, bool] | None:
-    """The first failing predicate as (reason, resolvable by preemption), or None, in the
-    order of kube-scheduler's default Filter plugins (NodeUnschedulable, NodeName,
-    TaintToleration, NodeAffinity, NodeResourcesFit); `requested` is the pod's requests."""
+    pod: Mapping[str, Any],
+    requested: Mapping[str, Decimal],
+    info: NodeInfo,
+    dra_resources: Collection[str] = frozenset(),
+) -> FitFailure | None:
+    """The first failing Filter plugin's status, or None, in the order of kube-scheduler's
+    default Filter plugins (NodeUnschedulable, NodeName, TaintToleration, NodeAffinity,
+    NodeResourcesFit); `requested` is the pod's requests, `dra_resources` the names
+    DeviceClasses answer to (`dra_extended_resources`)."""
     node = info.node
     spec = pod.get("spec") or {}
     if (node.get("spec") or {}).get("unschedulable"):
-        return NODE_UNSCHEDULABLE, False
+        return FitFailure.of(NODE_UNSCHEDULABLE)
     if spec.get("nodeName") and spec["nodeName"] != info.name:
-        return NODE_NAME_MISMATCH, False
+        return FitFailure.of(NODE_NAME_MISMATCH)
     taint = pod_untolerated_taint(node, pod)
     if taint is not None:
-        return f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}", False
+        return FitFailure.of(
+            f"node(s) had untolerated taint {{{taint['key']}: {taint.get('value', '')}}}"
+        )
     labels = node["metadata"].get("labels") or {}
     if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-        return SELECTOR_MISMATCH, False
+        return FitFailure.of(SELECTOR_MISMATCH)
     affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required and not node_selector_matches(node, required):
-        return SELECTOR_MISMATCH, False
-    allocatable = info.allocatable
-    if "pods" in allocatable and len(info.pods) + 1 > allocatable["pods"]:
-        return TOO_MANY_PODS, True
-    for name, amount in sorted(requested.items()):
-        if name in allocatable and info.used.get(name, Decimal(0)) + amount > allocatable[name]:
-            return f"Insufficient {name}", True
-    return None
+        return FitFailure.of(SELECTOR_MISMATCH)
+    return _resources_fit(requested, info, dra_resources)
+
+
+def _resources_fit(
+    requested: Mapping[str, Decimal], info: NodeInfo, dra_resources: Collection[str]
+) -> FitFailure | None:
+    """NodeResourcesFit's Filter (fit.go fitsRequest), every reason kept."""
+    allocatable, used = info.allocatable, info.used
+    reasons: list[str] = []
+    unresolvable = False
+    if len(info.pods) + 1 > allocatable.get("pods", Decimal(0)):
+        reasons.append(TOO_MANY_PODS)
+    reads_classes = any(amount and is_extended_resource_name(n) for n, amount in requested.items())
+    scalars = sorted(name for name in requested if name not in NODE_RESOURCES and _is_scalar(name))
+    for name in [*(n for n in NODE_RESOURCES if n in requested), *scalars]:
+        amount = requested[name]
+        if amount <= 0:
+            continue
+        if (
+            name not in NODE_RESOURCES
+            and name not in allocatable
+            and (name in dra_resources or not reads_classes)
+        ):
+            continue
+        total = allocatable.get(name, Decimal(0))
+        if amount > total - used.get(name, Decimal(0)):
+            reasons.append(f"Insufficient {name}")
+            unresolvable = unresolvable or amount > total
+    return FitFailure(tuple(reasons), not unresolvable) if reasons else None
+
+
+def dra_extended_requests(
+    requested: Mapping[str, Decimal], info: NodeInfo, dra_resources: Collection[str]
+) -> list[str]:
+    """The DRA extended resources the pod asks of DynamicResources on this node: those a
+    DeviceClass answers to and the node does not list."""
+    return sorted(
+        name
+        for name, amount in requested.items()
+        if amount > 0 and name in dra_resources and name not in info.allocatable
+    )
 
 
 def fit_failure(
     pod: dict[str, Any], node: dict[str, Any], pods_on_node: Sequence[dict[str, Any]]
-) -> tuple[str, bool] | None:
+) -> FitFailure | None:
     """fit_failure_on for a node and the pods on it given as objects."""
     info = NodeInfo.of(node)
     for index, other in enumerate(pods_on_node):

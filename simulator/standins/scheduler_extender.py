@@ -21,7 +21,7 @@ import copy
 import json
 import ssl
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -156,12 +156,21 @@ def node_view(node: dict[str, Any]) -> dict[str, Any]:
 def unschedulable_message(total: int, result: FilterResult) -> str:
     """kube-scheduler's FitError text when the extender left no feasible node."""
     statuses = {**result.failed, **result.unresolvable}
-    histogram = Counter(statuses.values())
+    resolvable = [name for name in result.failed if name not in result.unresolvable]
+    return fit_error_message(
+        total, {name: (reason,) for name, reason in statuses.items()}, len(resolvable)
+    )
+
+
+def fit_error_message(total: int, reasons: Mapping[str, Sequence[str]], resolvable: int) -> str:
+    """kube-scheduler's FitError text: each reason of each failed node counted once per
+    node, then what preemption found; `resolvable` nodes failed only for reasons
+    preemption could resolve (it found no victim there), the others it cannot help."""
+    histogram = Counter(reason for node_reasons in reasons.values() for reason in node_reasons)
     text = f"0/{total} nodes are available:"
     if histogram:
         text += " " + ", ".join(sorted(f"{n} {reason}" for reason, n in histogram.items())) + "."
-    candidates = sum(1 for name in result.failed if name not in result.unresolvable)
-    preemption = Counter({NO_VICTIMS: candidates, NOT_HELPFUL: total - candidates})
+    preemption = Counter({NO_VICTIMS: resolvable, NOT_HELPFUL: total - resolvable})
     parts = sorted(f"{n} {reason}" for reason, n in preemption.items() if n)
     return (
         f"{text} no new claims to deallocate, preemption: 0/{total} nodes are available: "

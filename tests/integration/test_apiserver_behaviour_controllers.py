@@ -252,7 +252,11 @@ async def test_the_scheduler_stand_in_waits_for_the_taint_to_go(tmp_path: Path) 
         path = server.write_kubeconfig(tmp_path / "config")
         with config.new_client_from_config(config_file=str(path)) as api:
             core = client.CoreV1Api(api)
-            not_ready = {"conditions": [{"type": "Ready", "status": "False"}]}
+            # Room for pods, as kubelet reports it: a node listing none takes no pod.
+            not_ready = {
+                "conditions": [{"type": "Ready", "status": "False"}],
+                "allocatable": {"pods": "110"},
+            }
             await asyncio.to_thread(
                 core.create_node, {"metadata": {"name": "late"}, "status": not_ready}
             )

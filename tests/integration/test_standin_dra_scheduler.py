@@ -15,7 +15,7 @@ from kubernetes import client, config
 from dra_driver.objects.node_predicates import node_selector_matches
 from simulator.apiserver import APIServer
 from simulator.standins.dra_scheduler import DRAScheduler
-from simulator.standins.node_fit import fit_failure, pod_untolerated_taint
+from simulator.standins.node_fit import FitFailure, fit_failure, pod_untolerated_taint
 
 DRIVER = "gpu.example.com"
 NAMESPACE = "default"
@@ -175,9 +175,10 @@ async def test_a_pod_that_does_not_fit_keeps_its_claim_allocated(api: client.Api
     assert outcome.reason == "Unschedulable"
     # Insufficient cpu fails both nodes before DynamicResources' Filter runs, so no claim
     # is unavailable and PostFilter leaves the allocation alone (verified on kube-scheduler).
+    # 16 cpu is more than either node has at all: preemption cannot help (fit.go).
     assert outcome.message == (
         "0/2 nodes are available: 2 Insufficient cpu. no new claims to deallocate, "
-        "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+        "preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
     )
     condition = stored_pod["status"]["conditions"][-1]
     assert (condition["type"], condition["status"], condition["reason"]) == (
@@ -313,24 +314,24 @@ def test_taint_toleration(tolerations: list[dict[str, Any]], tolerated: bool) ->
 @pytest.mark.parametrize(
     ("target", "candidate", "others", "expected"),
     [
-        (node("n", unschedulable=True), pod("p"), [], ("node(s) were unschedulable", False)),
+        (node("n", unschedulable=True), pod("p"), [], FitFailure.of("node(s) were unschedulable")),
         (
             node("n", taints=[{"key": "gpu", "value": "x", "effect": "NoSchedule"}]),
             pod("p"),
             [],
-            ("node(s) had untolerated taint {gpu: x}", False),
+            FitFailure.of("node(s) had untolerated taint {gpu: x}"),
         ),
         (
             node("n"),
             pod("p", nodeSelector={"zone": "a"}),
             [],
-            ("node(s) didn't match Pod's node affinity/selector", False),
+            FitFailure.of("node(s) didn't match Pod's node affinity/selector"),
         ),
         (
             node("n", cpu="2"),
             pod("p", cpu="1500m"),
             [pod("q", cpu="1")],
-            ("Insufficient cpu", True),
+            FitFailure.of("Insufficient cpu", resolvable=True),
         ),
         (node("n", cpu="2"), pod("p", cpu="1"), [pod("q", cpu="1")], None),
     ],
@@ -339,7 +340,7 @@ def test_fit_predicates(
     target: dict[str, Any],
     candidate: dict[str, Any],
     others: list[dict[str, Any]],
-    expected: tuple[str, bool] | None,
+    expected: FitFailure | None,
 ) -> None:
     assert fit_failure(candidate, target, others) == expected
 

@@ -185,7 +185,9 @@ async def test_claims_share_a_device_until_its_capacity_runs_out(api: client.Api
     await add_class(api)
     await add_node(api, "node-a")
     core = client.CoreV1Api(api)
-    await call(core.create_node, {"metadata": {"name": "node-b"}})
+    # A node with room for pods and none of the driver's devices (no slice).
+    room = {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110"}}
+    await call(core.create_node, {"metadata": {"name": "node-b"}, "status": room})
     await asyncio.to_thread(wait_schedulable, api, "node-b")
     scheduler = DRAScheduler(api, settings=ALLOCATING)
     for name, memory in (("first", "40Gi"), ("second", "30Gi"), ("third", "20Gi")):
