@@ -62,6 +62,7 @@ from dra_driver.objects.pod_workloads import container_request
 from dra_driver.objects.tamper_rules import reaches, tamper_findings
 from libvgpu.settings import (
     CONTAINER_LIBRARY_PATH,
+    CONTAINER_LOCK_DIR,
     CORE_POLICY_ENV,
     DISABLE_CONTROL_ENV,
     LIMIT_ENV_FAMILIES,
@@ -78,7 +79,7 @@ _PATHS = LibvgpuPaths()
 PROTECTED_PATHS = (
     _PATHS.container_library_path,
     _PATHS.container_preload_path,
-    _PATHS.lock_dir,
+    CONTAINER_LOCK_DIR,
     _PATHS.legacy_container_cache_dir,
 )
 """Container paths the device plugin mounts for HAMi-core; a pod's own mount must not touch them."""
