@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -115,10 +116,35 @@ def work_root(settings: SimulationSettings) -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+DRA_ALLOCATORS = frozenset({Mode.DRA, Mode.DRA_SCHEDULER})
+"""The two DRA modes, one per allocator: the controller and kube-scheduler."""
+EXAMPLE_MODE_MARKS: dict[str, frozenset[Mode]] = {
+    "both": DRA_ALLOCATORS,
+    "controller-allocated": frozenset({Mode.DRA}),
+    "scheduler-allocated": frozenset({Mode.DRA_SCHEDULER}),
+}
+"""What the first line of a DRA example says (`# Mode: both. ...`): which allocator it
+is for. kube-scheduler reads no VGPUConfig, so an example that sizes or filters with
+one is the controller's, and the scheduler-allocated overlay refuses it."""
+_EXAMPLE_MODE_MARK = re.compile(r"# Mode: (" + "|".join(EXAMPLE_MODE_MARKS) + r")\b")
+
+
+def example_modes(path: Path) -> frozenset[Mode] | None:
+    """The DRA modes the example at `path` is for, from its first line; None when the
+    line does not say."""
+    with path.open(encoding="utf-8") as lines:
+        found = _EXAMPLE_MODE_MARK.match(lines.readline())
+    return EXAMPLE_MODE_MARKS[found.group(1)] if found else None
+
+
 def default_scenario(mode: Mode) -> tuple[Path, ...]:
-    """The bundled examples of the mode's kind of workload."""
+    """The bundled examples of the mode's kind of workload; of the DRA examples, those
+    for the mode (or that do not say)."""
     folder = EXAMPLES / {Mode.LEGACY: "legacy", Mode.MIXED: "mixed"}.get(mode, "dra")
-    return tuple(sorted(folder.glob("*.yaml")))
+    files = sorted(folder.glob("*.yaml"))
+    if mode not in DRA_ALLOCATORS:
+        return tuple(files)
+    return tuple(path for path in files if mode in (example_modes(path) or {mode}))
 
 
 @dataclass(frozen=True, slots=True)
