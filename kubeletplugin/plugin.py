@@ -5,6 +5,11 @@ Discovery -> ResourceSlices (publisher) and the gRPC sockets kubelet uses:
 (DRAPlugin v1 + v1beta1, DRAResourceHealth, grpc.health.v1). Sockets are
 re-created when kubelet wipes their directories; the mock GPU file is
 watched so edits republish the slices.
+
+The sockets serve before the API server is first reached: while it is away the
+plugin waits for it (`dra_driver.kube.api_wait`, logged, and /readyz says why)
+with its liveness probe passing, then publishes; an exit would put it into
+CrashLoopBackOff and keep the node's GPUs unserved long after the server is back.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from api.generated import pluginregistration_pb2_grpc
 from cdi.naming import DEFAULT_CDI_DIR
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
+from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.process.grpc_tasks import stop_grpc_server
@@ -51,6 +57,8 @@ SOCKET_MODE = 0o600
 FALLBACK_POLL_S = 1.0
 """How often the sockets and watched files are looked at when inotify cannot start."""
 EVENT_COMPONENT = "vgpu-dra-kubelet-plugin"
+COMPONENT = "kubelet-plugin"
+"""Its name in the User-Agent (the RBAC audit checks its calls against its ClusterRole)."""
 MIXED_NEEDS_CONTROLLER = (
     "needs --controller-allocated: in mixed mode the device plugin also serves these GPUs, "
     "and kube-scheduler cannot see legacy usage (HAMi annotations on pods), so if it "
@@ -151,11 +159,12 @@ class KubeletPlugin:
         client: KubeClient,
         backend: GpuBackend,
         registry: CollectorRegistry,
+        api_wait: ApiWait | None = None,
     ) -> None:
-        # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
-        client = client.for_component("kubelet-plugin")
+        client = client.for_component(COMPONENT)
         self.settings = settings
         self.client = client
+        self.api_wait = api_wait or ApiWait(COMPONENT)
         self.backend = backend
         self.metrics = PluginMetrics(registry)
         self.gpus: Sequence[GpuInfo] = ()
@@ -211,10 +220,13 @@ class KubeletPlugin:
         self.events.start()
         await self.refresh_devices()
         await self.preparer.start()
-        await self.publisher.start()
-        await self.publisher.publish(self.gpus, self.slice_settings)
         await self._serve_sockets()
         self._tasks.append(asyncio.create_task(self._guard_sockets(), name="socket guard"))
+        await self.api_wait.until_serving(self.client)
+        await self.publisher.start()
+        await self.api_wait.until_reachable(
+            lambda: self.publisher.publish(self.gpus, self.slice_settings)
+        )
         self._tasks.append(asyncio.create_task(self._republish(), name="republish"))
         if self._watched_files():
             self._tasks.append(asyncio.create_task(self._watch_files(), name="file watch"))
@@ -290,13 +302,15 @@ class KubeletPlugin:
         server = grpc.aio.server()
         if path == self.settings.dra_socket:
             add_dra_services(server, self.preparer, self.health_watch)
-            checker = health.aio.HealthServicer()
-            await checker.set("", health_pb2.HealthCheckResponse.SERVING)
-            health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         else:
             pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
                 self.registration, server
             )
+        # Both sockets answer grpc.health.v1: the liveness probe (`dra-driver
+        # healthcheck`) asks each of them, as kubelet reaches them.
+        checker = health.aio.HealthServicer()
+        await checker.set("", health_pb2.HealthCheckResponse.SERVING)
+        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         server.add_insecure_port(f"unix://{path}")
         await server.start()
         os.chmod(path, SOCKET_MODE)

@@ -26,6 +26,7 @@ from api.quantity import QuantityError, parse_quantity
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.informer import Informer, InformerSettings
 from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
+from dra_driver.process.runtime import cancel_and_wait
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, build_resource_slices
 
@@ -219,7 +220,12 @@ class SlicePublisher:
         )
         watch = asyncio.create_task(informer.run(), name=f"slice-watch-{self.node_name}")
         synced = asyncio.create_task(informer.synced.wait(), name="slice-watch-synced")
-        await asyncio.wait((watch, synced), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait((watch, synced), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Stopped while the API server is away: the watch must not outlive the start.
+            await cancel_and_wait([synced, watch])
+            raise
         if watch.done():
             synced.cancel()
             with contextlib.suppress(asyncio.CancelledError):

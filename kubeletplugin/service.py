@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.rest import KubeClient
-from kubeletplugin.plugin import KubeletPlugin, PluginSettings, open_backend
+from dra_driver.process.runtime import finished_before_stop
+from kubeletplugin.plugin import COMPONENT, KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, Taint
 from libvgpu.settings import LibvgpuPaths
@@ -60,22 +64,39 @@ async def serve_kubelet_plugin(
     kubeconfig: Path | None,
     stop: asyncio.Event,
     metrics_address: tuple[str, int] | None = None,
+    api_wait: ApiWait | None = None,
 ) -> None:
-    """Run until `stop`; `/metrics` is served on `metrics_address` when given."""
-    client = await KubeClient.from_kubeconfig(kubeconfig, component="kubelet-plugin")
+    """Run until `stop`; `/metrics` and `/readyz` are served on `metrics_address` when
+    given, from the start on, so a plugin waiting for the API server says so."""
+    client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
     registry = CollectorRegistry()
+    api_wait = api_wait or ApiWait(COMPONENT)
     try:
-        plugin = KubeletPlugin(settings, client, open_backend(settings), registry)
-        async with plugin:
-            if metrics_address is None:
-                await stop.wait()
-            else:
-                from libvgpu.monitor import MetricsServer  # aiohttp.web only when serving
-
-                async with MetricsServer(registry, *metrics_address):
+        plugin = KubeletPlugin(settings, client, open_backend(settings), registry, api_wait)
+        async with _metrics_server(registry, metrics_address, api_wait.readiness):
+            if await finished_before_stop(stop, plugin.start()):
+                try:
                     await stop.wait()
+                finally:
+                    await plugin.aclose()
     finally:
         await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def _metrics_server(
+    registry: CollectorRegistry,
+    address: tuple[str, int] | None,
+    readiness: Callable[[], str | None],
+) -> AsyncIterator[None]:
+    """`/metrics` and `/readyz` on `address` while in the block; nothing when None."""
+    if address is None:
+        yield
+        return
+    from libvgpu.monitor import MetricsServer  # aiohttp.web only when serving
+
+    async with MetricsServer(registry, *address, readiness=readiness):
+        yield
 
 
 async def remove_node_slices(settings: PluginSettings, kubeconfig: Path | None) -> None:
@@ -83,7 +104,7 @@ async def remove_node_slices(settings: PluginSettings, kubeconfig: Path | None) 
 
     A running plugin never does this on its own: its slices survive restarts.
     """
-    client = await KubeClient.from_kubeconfig(kubeconfig, component="kubelet-plugin")
+    client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
     try:
         await SlicePublisher(client, settings.node_name, settings.slices).remove_all()
     finally:

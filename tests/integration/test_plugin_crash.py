@@ -23,8 +23,10 @@ import pytest
 from cdi_applier import apply_spec_files
 from prometheus_client.parser import text_string_to_metric_families
 
+from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
 from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls
+from dra_driver.process.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import decode_checkpoint
 from simulator.apiserver import APIServer
 from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings, PluginCallError
@@ -230,7 +232,15 @@ async def test_plugin_process_serves_metrics(cluster):
 async def test_slices_survive_a_restart_and_go_only_on_uninstall(cluster):
     root, client, kubelet, plugin = cluster
     slices_path = "/apis/resource.k8s.io/v1/resourceslices"
-    await plugin.start()
+    slices = Informer(client, slices_path, field_selector=f"spec.nodeName={NODE}")
+    watching = asyncio.create_task(slices.run(), name="slices")
+    try:
+        await plugin.start()
+        # The plugin serves (and so registers) before it publishes, as the reference
+        # driver does: registration alone does not mean the slices are there.
+        await slices.wait_for(lambda store: len(store) == 1)
+    finally:
+        await cancel_and_wait([watching])
     await kubelet.wait_registered(DRIVER)
     published = (await client.list(slices_path, field_selector=f"spec.nodeName={NODE}"))["items"]
     assert [s["spec"]["pool"]["generation"] for s in published] == [1]
