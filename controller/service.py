@@ -13,8 +13,11 @@ DRADeviceTaints off drops device `taints`, and then kube-scheduler would
 allocate the same devices in parallel.
 
 Only the Lease holder allocates; it starts from a fresh list of everything.
-If it cannot renew the Lease it stops at once and the process exits non-zero
-(to be restarted as a follower), so two replicas never allocate at once.
+Each claim write passes the leader's fence first (dra_driver/kube/leader.py):
+a replica whose last renewal is older than the renew deadline writes nothing.
+If it cannot renew the Lease, or a write finds it stale, it stops allocating at
+once and stands as a candidate again (no exit: under kubelet that would be
+CrashLoopBackOff, keeping the controller down long after the API is back).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +40,7 @@ from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError
 from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import EventRecorder, EventSettings
-from dra_driver.kube.leader import LeaderElector, LeaderSettings
+from dra_driver.kube.leader import NO_FENCE, LeaderElector, LeaderSettings, WriteFence
 from dra_driver.kube.rest import KubeClient, NotFoundError, forget_request_urls
 from dra_driver.process.allocator import release_free_memory
 from dra_driver.process.runtime import finished_before_stop
@@ -163,21 +166,25 @@ async def run_controller(
         if not await finished_before_stop(stop, checked):
             return
 
-        async def allocate() -> None:
-            await Controller(
-                client,
-                settings.controller,
-                metrics,
-                recorder,
-                after_sync=after_sync,
-                release_memory=release_memory,
-            ).run()
+        def allocator(fence: WriteFence) -> Callable[[], Awaitable[None]]:
+            async def allocate() -> None:
+                await Controller(
+                    client,
+                    settings.controller,
+                    metrics,
+                    recorder,
+                    after_sync=after_sync,
+                    release_memory=release_memory,
+                    fence=fence,
+                ).run()
 
-        work = (
-            LeaderElector(client, settings.leader).run(allocate)
-            if settings.leader is not None
-            else allocate()
-        )
+            return allocate
+
+        if settings.leader is not None:
+            elector = LeaderElector(client, settings.leader)
+            work = elector.campaign(allocator(elector))
+        else:
+            work = allocator(NO_FENCE)()
         worker = asyncio.create_task(work, name="controller")
         stopper = asyncio.create_task(stop.wait(), name="stop")
         await asyncio.wait({worker, stopper}, return_when=asyncio.FIRST_COMPLETED)

@@ -182,9 +182,16 @@ class LeaderElector:
 
     async def _acquire(self) -> None:
         while True:
-            with contextlib.suppress(TransientError, ConflictError):
+            try:
                 if await self._try_acquire_or_renew():
                     return
+            except ConflictError:
+                pass
+            except TransientError as error:
+                log.warning(
+                    "lease unreachable while standing as a candidate",
+                    extra={"identity": self.settings.identity, "error": str(error)},
+                )
             await asyncio.sleep(self.settings.retry_period_s * random.uniform(1.0, 1.2))
 
     async def _renew_loop(self) -> None:
