@@ -13,7 +13,7 @@ import pytest
 
 from dra_driver.errors import DriverError
 from dra_driver.kube.rest import KubeClient
-from simulator import mixed, run
+from simulator import dra_simulation, mixed
 from simulator.apiserver import APIServer
 from simulator.dra import DraCluster
 from simulator.failures import ComponentError
@@ -87,7 +87,7 @@ async def test_a_component_that_died_ends_the_wait_for_pods_with_its_error(
         try:
             with pytest.raises(ComponentError) as raised:
                 if mode == "dra":
-                    await run.wait_settled(cluster, names, 0.0, lambda *_: None)
+                    await dra_simulation.wait_settled(cluster, names, 0.0, lambda *_: None)
                 else:
                     settings = SimulationSettings(settle_timeout_s=0.0)
                     await mixed._wait_claims_settled(cluster, names, settings, lambda *_: None)
