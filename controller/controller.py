@@ -15,8 +15,9 @@ no pod will use are cleared, and pods kube-scheduler could not put on the
 chosen node are moved (sweeper.py). Each claim's allocation is written with the
 pod's reservation, so kube-scheduler only binds; a pending pod whose claims
 were all allocated already (shared claims) is added to their reservations.
-In mixed mode legacy pods' HAMi annotations count as usage and writes hold
-HAMi's node lock (node_guard.py).
+In mixed mode legacy pods' HAMi annotations count as usage, a refusal for room
+names the legacy pods holding the node's GPUs, and writes hold HAMi's node
+lock (node_guard.py).
 
 This module composes those parts and runs the loop: sync each due key, then
 sleep until the next one is due or something changed.
@@ -42,9 +43,10 @@ from controller.claim_writes import (
     reserved_for,
 )
 from controller.cluster_view import ClusterView
-from controller.decide import NoFit, PodAllocation, decide_pod
+from controller.decide import NoFit, PodAllocation, bounded_message, decide_pod
 from controller.event_handlers import ClusterEventHandlers
 from controller.metrics import ControllerMetrics, ViewSnapshot
+from controller.mixed_usage import legacy_holders, short_of_room, with_holders
 from controller.node_guard import MixedNodeGuard, NodeGuard, NoNodeGuard
 from controller.object_state import (
     allocated_node,
@@ -332,7 +334,9 @@ class Controller:
         finally:
             self.metrics.decision_latency.observe(time.perf_counter() - started)
         if isinstance(outcome, NoFit):
-            self._refuse(key, pod, unallocated, FILTERING_FAILED, outcome.message)
+            holders = legacy_holders(view.legacy_holds, short_of_room(outcome.reasons))
+            message = bounded_message(with_holders(outcome.message, holders))
+            self._refuse(key, pod, unallocated, FILTERING_FAILED, message)
             return
         self._commit(key, pod, unallocated, outcome)
 

@@ -12,11 +12,15 @@ the slice device each result names; neither hands out what the other holds.
 Pure: pods, claims and slices are the dicts the API returns, and the results
 are the engine's units (MiB, percent of cores, slots). `over_commits` is the
 check both sides run again under the node lock, on what they re-read there.
+
+A refusal for room on a node where the other allocator holds GPUs names those
+holders (`holders_text`, `with_holders`): each side's message says who else
+is on the card, in the same form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,11 +30,38 @@ from controller.legacy.pod_usage import read_pod_allocation
 from dra_driver.engine.engine import vendor_totals
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
+from dra_driver.engine.reasons import (
+    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    CARD_COMPUTE_UNITS_EXHAUSTED,
+    CARD_INSUFFICIENT_CORE,
+    CARD_INSUFFICIENT_MEMORY,
+    CARD_TIME_SLICING_EXHAUSTED,
+    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+    NODE_INSUFFICIENT_DEVICE,
+    parse_reason,
+)
 from dra_driver.engine.vendor_backends.base import VendorBackend
 from dra_driver.engine.vendor_backends.registry import BackendRegistry, build_backends
 
 NodeUsage = dict[str, dict[str, DeviceUsage]]
 """node -> device uuid -> what is held there."""
+
+Holders = Mapping[str, Mapping[str, Mapping[str, DeviceUsage]]]
+"""node -> device uuid -> holder (`ns/name`) -> what it holds there."""
+
+SHORT_OF_ROOM = frozenset(
+    {
+        CARD_INSUFFICIENT_MEMORY,
+        CARD_INSUFFICIENT_CORE,
+        CARD_TIME_SLICING_EXHAUSTED,
+        CARD_COMPUTE_UNITS_EXHAUSTED,
+        EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
+        NODE_INSUFFICIENT_DEVICE,
+        ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
+    }
+)
+"""Reasons that say a node's GPUs are taken (not of the wrong kind): what others hold
+there is worth naming."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +155,43 @@ def over_commits(node: Node, usage: Mapping[str, DeviceUsage]) -> list[str]:
                     f"GPU {device.id} on node {node.name}: {what} {amount}{unit} > {limit}{unit}"
                 )
     return problems
+
+
+def short_of_room(failures: Mapping[str, str]) -> list[str]:
+    """The nodes whose `k/N Reason` says their GPUs had no room."""
+    return [node for node, reason in failures.items() if SHORT_OF_ROOM & {*parse_reason(reason)}]
+
+
+def holders_text(kind: str, held: Holders) -> dict[str, str]:
+    """Per node, what a refusal says of the other allocator's holders there:
+    `<kind> on GPU-a: ns/x (12288 MiB, 30 cores), ns/y (...); on GPU-b: ...`."""
+    return {
+        node: f"{kind} "
+        + "; ".join(
+            f"on {uuid}: "
+            + ", ".join(
+                f"{name} ({amount.memory_mib} MiB, {amount.cores} cores)"
+                for name, amount in sorted(by_holder.items())
+            )
+            for uuid, by_holder in sorted(gpus.items())
+        )
+        for node, gpus in held.items()
+    }
+
+
+def legacy_holders(holds: Mapping[str, LegacyHold], nodes: Collection[str]) -> dict[str, str]:
+    """Per node of `nodes` where legacy pods (keyed `ns/name`) hold GPUs, what a
+    refusal says of them."""
+    held: dict[str, dict[str, dict[str, DeviceUsage]]] = {}
+    for key, hold in holds.items():
+        if hold.node not in nodes:
+            continue
+        for uuid, amount in hold.usage:
+            on_gpu = held.setdefault(hold.node, {}).setdefault(uuid, {})
+            on_gpu[key] = on_gpu.get(key, DeviceUsage()).plus(amount)
+    return holders_text("legacy pods", held)
+
+
+def with_holders(message: str, holders: Mapping[str, str]) -> str:
+    """A FilteringFailed message followed by each node's holders."""
+    return message + "".join(f". {node}: {note}" for node, note in sorted(holders.items()))

@@ -27,7 +27,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 from controller.inventory import Inventory, build_inventory, charge_claims, claim_usage
-from controller.mixed_usage import NodeUsage, add_usage, claims_usage, over_commits
+from controller.mixed_usage import (
+    NodeUsage,
+    add_usage,
+    claims_usage,
+    holders_text,
+    over_commits,
+)
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -67,18 +73,7 @@ def claim_holders(
             on_gpu = held.setdefault(device.node, {}).setdefault(device.uuid, {})
             key = object_key(claim)
             on_gpu[key] = on_gpu.get(key, DeviceUsage()).plus(amount)
-    return {
-        node: "DRA claims "
-        + "; ".join(
-            f"on {uuid}: "
-            + ", ".join(
-                f"{name} ({amount.memory_mib} MiB, {amount.cores} cores)"
-                for name, amount in sorted(by_claim.items())
-            )
-            for uuid, by_claim in sorted(gpus.items())
-        )
-        for node, gpus in held.items()
-    }
+    return holders_text("DRA claims", held)
 
 
 class NoDraUsage:

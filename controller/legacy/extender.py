@@ -32,18 +32,11 @@ from api.hami_annotations import AnnotationDecodeError, BindPhase
 from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
+from controller.mixed_usage import short_of_room, with_holders
 from dra_driver.engine.engine import Placement
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.reasons import (
-    ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
-    CARD_COMPUTE_UNITS_EXHAUSTED,
-    CARD_INSUFFICIENT_CORE,
-    CARD_INSUFFICIENT_MEMORY,
-    CARD_TIME_SLICING_EXHAUSTED,
-    EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-    NODE_INSUFFICIENT_DEVICE,
     NODE_UNREGISTERED,
-    parse_reason,
     summarize_failures,
 )
 from dra_driver.engine.requests import PodRequest
@@ -70,19 +63,6 @@ FILTERING_SUCCEED = "FilteringSucceed"
 FILTERING_FAILED = "FilteringFailed"
 BINDING_FAILED = "BindingFailed"
 LOCK_RECHECK_S = 1.0
-SHORT_OF_ROOM = frozenset(
-    {
-        CARD_INSUFFICIENT_MEMORY,
-        CARD_INSUFFICIENT_CORE,
-        CARD_TIME_SLICING_EXHAUSTED,
-        CARD_COMPUTE_UNITS_EXHAUSTED,
-        EXCLUSIVE_DEVICE_ALLOCATE_CONFLICT,
-        NODE_INSUFFICIENT_DEVICE,
-        ALLOCATED_CARDS_INSUFFICIENT_REQUEST,
-    }
-)
-"""Reasons that say a node's GPUs are taken (not of the wrong kind): what others hold
-there is worth naming."""
 """A waiting Bind looks at the lock again this often even without a node event: a
 holder pod that is deleted or a lock that expires changes nothing on the node."""
 
@@ -254,7 +234,7 @@ class Extender:
     def _dra_holders(self, failed: Mapping[str, str]) -> dict[str, str]:
         """Mixed mode: for each node whose GPUs had no room, the DRA claims holding them
         (empty outside mixed mode, or where no claim holds a GPU)."""
-        short = [node for node, reason in failed.items() if SHORT_OF_ROOM & {*parse_reason(reason)}]
+        short = short_of_room(failed)
         return self.state.dra.holders(short) if short else {}
 
     def _split(self, candidates: list[str]) -> tuple[list[str], dict[str, str]]:
@@ -322,9 +302,7 @@ class Extender:
                 )
         if placement is None:
             holders = self._dra_holders(failed)
-            message = summarize_failures(failed) + "".join(
-                f". {node}: {note}" for node, note in sorted(holders.items())
-            )
+            message = with_holders(summarize_failures(failed), holders)
             log.info("no node fits", extra={"pod": _pod_name(pod), "reasons": failed})
             self._pod_event(pod, WARNING, FILTERING_FAILED, message)
             return filter_answer([], _naming(failed, holders))
