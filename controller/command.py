@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 DEFAULT_METRICS_PORT = 9395
 """HAMi's scheduler serves its metrics on :9395."""
+LEASE_NAME = "vgpu-hami-io-controller"
+"""The leader-election Lease by default; deploy/'s lease-holder policy binds it as its param."""
 
 
 def register(commands: Subcommands) -> None:
@@ -59,7 +61,7 @@ def register(commands: Subcommands) -> None:
         default=True,
     )
     parser.add_argument("--lease-namespace", env="POD_NAMESPACE", default="default")
-    parser.add_argument("--lease-name", env="LEASE_NAME", default="vgpu-hami-io-controller")
+    parser.add_argument("--lease-name", env="LEASE_NAME", default=LEASE_NAME)
     parser.add_argument(
         "--identity",
         env="POD_NAME",

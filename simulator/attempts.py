@@ -63,13 +63,17 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """Who an attempt runs as: a user, or a ServiceAccount (bound to a node when given)."""
+    """Who an attempt runs as: a user, or a ServiceAccount (bound to a node and a pod when
+    given)."""
 
     user: str = ""
     service_account: tuple[str, str] | None = None
     """(namespace, name)."""
     node: str = ""
     """The node a ServiceAccount token is bound to (its `node-name` extra)."""
+    pod: str = ""
+    """The pod a ServiceAccount token is bound to (its `pod-name` and `pod-uid` extras), as
+    the projected token kubelet mounts in a pod is."""
     groups: tuple[str, ...] = ()
     """A user's groups besides `system:authenticated` (a ServiceAccount gets its own)."""
 

@@ -7,6 +7,9 @@ over the plugins' sockets. In the scheduler-allocated mode there is no
 controller and the kube-scheduler stand-in allocates from consumable capacity.
 The mixed mode is the controller-allocated one with `--mixed-mode` on the
 controller and the NVIDIA nodes' plugins (`simulator.mixed` adds the legacy half).
+The controller runs as one replica without election; the Lease its election
+would write names it (`hold_controller_lease`), so deploy/'s lease-holder policy
+admits its claim writes as it admits a real leader's.
 """
 
 from __future__ import annotations
@@ -21,17 +24,26 @@ from typing import Any
 from kubernetes import config as sync_config
 from prometheus_client import CollectorRegistry
 
+from controller.command import LEASE_NAME
 from controller.controller import Controller
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
+from dra_driver.objects.api_time import micro_time
 from dra_driver.process.runtime import cancel_and_wait
 from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
 from simulator.failures import ComponentError, failure_text, first_of, run_as
-from simulator.identities import CONTROLLER, KUBE_CONTROLLER_MANAGER, KUBE_SCHEDULER, Identities
+from simulator.identities import (
+    CONTROLLER,
+    CONTROLLER_POD,
+    DRIVER_NAMESPACE,
+    KUBE_CONTROLLER_MANAGER,
+    KUBE_SCHEDULER,
+    Identities,
+)
 from simulator.nodes import START_WAIT_S, SimNode, start_nodes, stop_nodes
 from simulator.policies import install_policies
 from simulator.settings import Mode, SimulationSettings
@@ -70,6 +82,28 @@ class DraCluster:
                     raise ComponentError(task.get_name(), "stopped while the run went on")
                 failure = failure_text(error) if isinstance(error, DriverError) else repr(error)
                 raise ComponentError(task.get_name(), f"stopped: {failure}")
+
+
+async def hold_controller_lease(admin: KubeClient, controller: KubeClient) -> None:
+    """deploy/base's namespace, and in it the Lease as the controller's first election
+    writes it, naming its replica; the replica runs alone, so nobody takes it over."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DRIVER_NAMESPACE}}
+    await admin.create("/api/v1/namespaces", namespace)
+    now = micro_time()
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LEASE_NAME, "namespace": DRIVER_NAMESPACE},
+        "spec": {
+            "holderIdentity": CONTROLLER_POD,
+            "leaseDurationSeconds": 15,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": 0,
+        },
+    }
+    leases = f"/apis/coordination.k8s.io/v1/namespaces/{DRIVER_NAMESPACE}/leases"
+    await controller.create(leases, lease)
 
 
 @contextlib.asynccontextmanager
@@ -135,6 +169,7 @@ async def dra_cluster(
             if controller_allocated:
                 step("starting the controller")
                 controller_client = await identities.client(CONTROLLER)
+                await run_as("controller", hold_controller_lease(client, controller_client))
                 recorder = EventRecorder(
                     controller_client, EventSettings(component="vgpu-dra-controller")
                 )

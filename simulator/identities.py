@@ -8,11 +8,15 @@ component under its own token, from its own kubeconfig, as the real cluster
 would authenticate it (a plugin's projected ServiceAccount token names its
 node), and a tenant's attempt under the tenant's. Were one component to run
 as the admin, a policy that refuses it on a real cluster would go unnoticed.
+The controller's token is bound to its pod, whose name is its identity in the
+leader-election Lease: deploy/'s lease-holder policy admits its claim writes
+only while that Lease names it.
 """
 
 from __future__ import annotations
 
 import copy
+import uuid
 from pathlib import Path
 
 from dra_driver.kube.asyncio_client import aio_client, aio_config
@@ -22,7 +26,9 @@ from simulator.attempts import Identity
 
 DRIVER_NAMESPACE = "vgpu-system"
 """deploy/base's namespace: every driver ServiceAccount lives there."""
-CONTROLLER = Identity(service_account=(DRIVER_NAMESPACE, "vgpu-controller"))
+CONTROLLER_POD = "vgpu-controller-0"
+"""The simulated controller replica's pod: its token's pod-name and its Lease identity."""
+CONTROLLER = Identity(service_account=(DRIVER_NAMESPACE, "vgpu-controller"), pod=CONTROLLER_POD)
 LEGACY_SCHEDULER = Identity(service_account=(DRIVER_NAMESPACE, "vgpu-legacy-scheduler"))
 KUBE_SCHEDULER = Identity(user="system:kube-scheduler")
 KUBE_CONTROLLER_MANAGER = Identity(user="system:kube-controller-manager")
@@ -68,7 +74,11 @@ class Identities:
             if identity.service_account is not None:
                 namespace, name = identity.service_account
                 self._tokens[identity] = tokens.issue_service_account(
-                    namespace, name, node_name=identity.node or None
+                    namespace,
+                    name,
+                    node_name=identity.node or None,
+                    pod_name=identity.pod or None,
+                    pod_uid=str(uuid.uuid4()) if identity.pod else None,
                 )
             else:
                 self._tokens[identity] = tokens.issue(identity.user, identity.groups)
