@@ -51,10 +51,6 @@ ALLOCATION = {
         ]
     },
 }
-NO_LEASE = (
-    "failed to configure binding: no params found for policy binding with `Deny` "
-    "parameterNotFoundAction"
-)
 
 
 class Cluster:
@@ -183,15 +179,13 @@ def test_a_controller_token_bound_to_no_pod_is_refused(cluster: Cluster) -> None
     )
 
 
-def test_without_the_lease_every_claim_status_write_is_refused(cluster: Cluster) -> None:
-    """parameterNotFoundAction Deny is decided before matchConditions, by the real
-    server as here: until the controller first creates its Lease nobody writes a claim's
-    status (the policy comment and docs say so)."""
-    assert _refused(cluster.replica("vgpu-controller-a"), "early", 422) == DENIED + NO_LEASE
-    scheduler = cluster.user("system:kube-scheduler")
-    assert _refused(scheduler, "early", 422) == DENIED + NO_LEASE
+def test_without_the_lease_no_claim_status_write_is_refused(cluster: Cluster) -> None:
+    """parameterNotFoundAction Allow: the param is looked up before matchConditions,
+    so a Deny would refuse everyone's claim status writes while no Lease exists."""
+    _reserve(cluster.user("system:kube-scheduler"), "early")
+    _reserve(cluster.replica("vgpu-controller-a"), "unelected")
     cluster.hold("vgpu-controller-a")
-    _reserve(scheduler, "later")
+    _reserve(cluster.user("system:kube-scheduler"), "later")
 
 
 def test_other_writers_are_not_fenced(cluster: Cluster) -> None:
@@ -221,7 +215,7 @@ def test_the_binding_names_the_lease_and_account_the_deployment_uses() -> None:
     assert binding["spec"]["paramRef"] == {
         "name": LEASE_NAME,
         "namespace": SYSTEM,
-        "parameterNotFoundAction": "Deny",
+        "parameterNotFoundAction": "Allow",
     }
     assert (
         f"system:serviceaccount:{SYSTEM}:{ACCOUNT}"
