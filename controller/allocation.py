@@ -3,7 +3,9 @@
 Per device given to a request: one result with a fresh `shareID` (for a
 multi-allocatable device) and `consumedCapacity` for every capacity the device
 publishes, each rounded up by the capacity's requestPolicy, so that the sums
-kube-scheduler and the kubelet plugin compute agree with the controller's.
+kube-scheduler and the kubelet plugin compute agree with the controller's. The
+claim's own capacity requests must be ones kube-scheduler would accept on that
+device (`dra_driver.objects.capacity_policy`), whatever the engine granted.
 Then the DeviceClass configs (FromClass) and the claim's own (FromClaim), a
 nodeSelector naming the node, and `allocationTimestamp`, without which a real
 kube-scheduler never binds the pod.
@@ -17,14 +19,16 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
-from api.quantity import MIB, QuantityError, format_quantity, parse_quantity
-from controller.inventory import Inventory, PublishedDevice, capacity_value
-from controller.requests import ClaimVariant, PodVariant
+from api.quantity import MIB, QuantityError, format_quantity
+from controller.inventory import Inventory, PublishedDevice
+from controller.requests import ClaimVariant, PodVariant, claim_name
 from dra_driver.engine.engine import Placement
-from dra_driver.objects.node_predicates import round_up_request
-
-CAPACITY_REFUSED = "CapacityRequestPolicyNotFit"
-"""Reason for a device whose requestPolicy cannot serve the rounded request."""
+from dra_driver.objects.capacity_policy import (
+    CapacityRefusal,
+    requested_capacity,
+    take_capacity,
+    take_device,
+)
 
 
 def quantity_text(value: Decimal) -> str:
@@ -39,30 +43,25 @@ def consumed_capacity(
     memory_mib: int,
     cores: int,
     requested: Mapping[str, Any],
-) -> dict[str, Decimal] | None:
-    """Every capacity of the device as one share takes it, or None if a policy refuses.
+) -> dict[str, Decimal] | CapacityRefusal:
+    """Every capacity of the device as one share takes it, or why its policy refuses.
 
-    Memory and cores are what the engine granted (it already applied the
-    request, the VGPUConfig or HAMi's defaults); other capacities take what
-    the claim requested, else the policy's default, else all of it.
+    The claim's capacity requests are first decided as kube-scheduler decides
+    them. Memory and cores are then what the engine granted (it already applied
+    the request, the VGPUConfig or HAMi's defaults), rounded by the policy; other
+    capacities take what the claim requested, else the policy's default, else all
+    of it.
     """
-    taken: dict[str, Decimal] = {}
-    for name, entry in device.capacity().items():
-        policy = entry.get("requestPolicy")
-        if name == "memory":
-            wanted: Decimal | None = Decimal(memory_mib * MIB)
-        elif name == "cores":
-            wanted = Decimal(cores)
-        elif name in requested:
-            wanted = parse_quantity(str(requested[name]))
-        elif policy and policy.get("default") is not None:
-            wanted = parse_quantity(str(policy["default"]))
-        else:
-            wanted = capacity_value(entry)
-        rounded = round_up_request(wanted, policy) if wanted is not None else None
-        if rounded is None:
-            return None
-        taken[name] = rounded
+    capacities = device.capacity()
+    taken = take_device(capacities, requested)
+    if isinstance(taken, CapacityRefusal):
+        return taken
+    granted = {"memory": Decimal(memory_mib * MIB), "cores": Decimal(cores)}
+    for name in sorted(granted.keys() & capacities.keys()):
+        amount = take_capacity(name, granted[name], capacities[name], asked="a share of")
+        if isinstance(amount, CapacityRefusal):
+            return amount
+        taken[name] = amount
     return taken
 
 
@@ -76,42 +75,35 @@ class PlannedResult:
 def plan_results(
     variant: PodVariant, placement: Placement, inventory: Inventory
 ) -> list[list[PlannedResult]] | str:
-    """Per claim, its results; or a reason when a device's requestPolicy refuses."""
+    """Per claim, its results; or, when a device's requestPolicy refuses, which claim's
+    request it refuses and why."""
     per_claim: list[list[PlannedResult]] = []
     position = 0
     for claim_variant in variant.claims:
         results: list[PlannedResult] = []
-        for request_index, name in enumerate(claim_variant.result_names):
+        for name in claim_variant.result_names:
             grants = placement.containers[placement.init_count + position]
             position += 1
-            requested = _capacity_requests(claim_variant, request_index)
+            requested = requested_capacity(claim_variant.claim, name)
             for grant in grants:
                 device = inventory.device(placement.node, grant.uuid)
                 consumed = None
                 if device.spec.get("allowMultipleAllocations"):
                     try:
-                        consumed = consumed_capacity(
-                            device, grant.memory_mib, grant.cores, requested
-                        )
-                    except QuantityError:
-                        consumed = None
-                    if consumed is None:
-                        return CAPACITY_REFUSED
+                        taken = consumed_capacity(device, grant.memory_mib, grant.cores, requested)
+                    except QuantityError as error:
+                        taken = CapacityRefusal("", "", f"unreadable capacity: {error}")
+                    if isinstance(taken, CapacityRefusal):
+                        return refusal_note(claim_variant.claim, name, taken)
+                    consumed = taken
                 results.append(PlannedResult(name, device, consumed))
         per_claim.append(results)
     return per_claim
 
 
-def _capacity_requests(variant: ClaimVariant, index: int) -> Mapping[str, Any]:
-    requests = ((variant.claim.get("spec") or {}).get("devices") or {}).get("requests") or []
-    if index >= len(requests):
-        return {}
-    request = requests[index]
-    body = request.get("exactly")
-    if body is None:
-        sub = variant.result_names[index].partition("/")[2]
-        body = next((s for s in request.get("firstAvailable") or [] if s.get("name") == sub), {})
-    return (body.get("capacity") or {}).get("requests") or {}
+def refusal_note(claim: Mapping[str, Any], request: str, refusal: CapacityRefusal) -> str:
+    """A capacity refusal as the pod's and the claim's events tell it."""
+    return f"ResourceClaim {claim_name(claim)} request {request}: {refusal}"
 
 
 def node_selector(node: str) -> dict[str, Any]:

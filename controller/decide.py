@@ -2,10 +2,13 @@
 
 The engine is the controller's own view of the cluster (inventory minus
 usage); deciding never writes anything. A variant (firstAvailable choice,
-matchAttribute value) is tried in order; a node the engine picks but whose
-devices cannot serve the request policy or a distinctAttribute constraint is
-dropped and the engine asked again, so the answer is always a placement that
-can be written as it is, or the per-node reasons why none exists.
+matchAttribute value) is tried in order; a node none of whose devices'
+requestPolicy serves a request (as kube-scheduler decides it) is refused before
+the engine is asked; a node the engine picks but whose devices cannot serve the
+request policy or a distinctAttribute constraint is dropped and the engine asked
+again, so the answer is always a placement that can be written as it is, or the
+per-node reasons why none exists. A policy refusal's words (claim, request,
+capacity, amount, policy) are said once, ahead of the per-node reasons.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from controller.allocation import PlannedResult, plan_results
+from controller.allocation import PlannedResult, plan_results, refusal_note
 from controller.inventory import Inventory
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine, Placement
 from dra_driver.engine.reasons import summarize_failures
+from dra_driver.objects.capacity_policy import CAPACITY_REFUSED
 
 DISTINCT_ATTRIBUTE_CONFLICT = "DistinctAttributeConstraintNotMet"
 MAX_EVENT_MESSAGE = 1024
@@ -36,20 +40,23 @@ class PodAllocation:
 
 @dataclass(frozen=True, slots=True)
 class NoFit:
-    """Why no node fits: per node, HAMi's `k/N Reason` or a node predicate."""
+    """Why no node fits: per node, HAMi's `k/N Reason` or a node predicate; `notes` say
+    what a short reason (a requestPolicy refusal) stands for."""
 
     reasons: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
 
     @property
     def message(self) -> str:
-        return no_fit_message(self.reasons)
+        return no_fit_message(self.reasons, self.notes)
 
 
-def no_fit_message(reasons: Mapping[str, str]) -> str:
-    """HAMi's FilteringFailed summary, then each node's own reasons, bounded in size."""
+def no_fit_message(reasons: Mapping[str, str], notes: Sequence[str] = ()) -> str:
+    """HAMi's FilteringFailed summary, the notes, then each node's own reasons, bounded
+    in size."""
     head = summarize_failures(reasons)
     details = "; ".join(f"{node}: {reason}" for node, reason in sorted(reasons.items()))
-    return bounded_message(f"{head}. {details}" if details else head)
+    return bounded_message(". ".join(part for part in (head, *notes, details) if part))
 
 
 def bounded_message(text: str) -> str:
@@ -87,10 +94,11 @@ def decide_pod(
     `candidates` are the inventory nodes that pass the pod's node predicates;
     `refused` holds the reason of every node that did not (reported as is).
     """
-    first_failures: dict[str, str] | None = None
+    first: NoFit | None = None
     for variant in variants:
-        allowed = set(candidates)
-        failures: dict[str, str] = {}
+        notes: dict[str, None] = {}
+        failures = _policy_refusals(variant, candidates, notes)
+        allowed = set(candidates) - failures.keys()
         while allowed:
             decision = engine.decide(variant.request, allowed)
             placement = decision.placement
@@ -99,12 +107,35 @@ def decide_pod(
                 break
             planned = plan_results(variant, placement, inventory)
             if isinstance(planned, str):
-                failures[placement.node] = planned
+                failures[placement.node] = CAPACITY_REFUSED
+                notes[planned] = None
             elif _distinct_conflict(variant, planned):
                 failures[placement.node] = DISTINCT_ATTRIBUTE_CONFLICT
             else:
                 return PodAllocation(placement.node, variant, placement, planned)
             allowed.discard(placement.node)
-        if first_failures is None:
-            first_failures = failures
-    return NoFit({**refused, **(first_failures or {})})
+        if first is None:
+            first = NoFit(failures, tuple(notes))
+    first = first or NoFit()
+    return NoFit({**refused, **first.reasons}, first.notes)
+
+
+def _policy_refusals(
+    variant: PodVariant, candidates: Collection[str], notes: dict[str, None]
+) -> dict[str, str]:
+    """The candidates where some request has no device whose requestPolicy serves it,
+    adding what each refusal says to `notes`."""
+    refusing = [
+        (claim_variant, name, screen)
+        for claim_variant in variant.claims
+        # A variant built without a RequestContext has no screens: nothing is refused.
+        for name, screen in zip(claim_variant.result_names, claim_variant.screens, strict=False)
+        if screen.nodes
+    ]
+    failures: dict[str, str] = {}
+    nodes = set(candidates) if refusing else set()
+    for claim_variant, name, screen in refusing:
+        for node in screen.nodes.keys() & nodes:
+            failures[node] = CAPACITY_REFUSED
+            notes[refusal_note(claim_variant.claim, name, screen.nodes[node])] = None
+    return failures

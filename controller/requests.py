@@ -10,6 +10,10 @@ DRA allocator needs around it:
   device through the shared `dra_driver.objects.dra_cel` evaluator (results cached
   per slice generation) and handed to the engine as a uuid filter, so HAMi's
   fit rules, scores and reasons stay the engine's.
+- Capacity requests: a device whose requestPolicy refuses them (kube-scheduler's
+  rule, `dra_driver.objects.capacity_policy`) is left out of the uuid filter too,
+  and a node with no device that can serve them is named with the refusal, so
+  nothing kube-scheduler would refuse is allocated, and the user is told why.
 - `matchAttribute` constraints: one variant per attribute value, restricted
   to the devices that carry it.
 - All claims of one pod become one engine request (one "container" per claim
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from api import hami_annotations as keys
+from api.quantity import QuantityError, parse_quantity
 from api.vgpu_config import VGPUConfig, VGPUConfigError, parse_vgpu_config
 from controller.inventory import Inventory, PublishedDevice
 from dra_driver.engine.requests import (
@@ -36,6 +41,7 @@ from dra_driver.engine.requests import (
 )
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import CapacityRefusal, take_device
 from dra_driver.objects.claim_workloads import claim_request
 
 MAX_VARIANTS = 64
@@ -52,6 +58,19 @@ SelectorMatch = Callable[[str, PublishedDevice], bool]
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityScreen:
+    """Where one request's capacity requests are refused by a device's requestPolicy."""
+
+    refused: frozenset[str]
+    """uuids of the devices that refuse (kept out of the request's uuid filter)."""
+    nodes: Mapping[str, CapacityRefusal]
+    """Each node none of whose devices can serve the request, with a device's refusal."""
+
+
+SERVED_EVERYWHERE = CapacityScreen(frozenset(), {})
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimVariant:
     """One way to satisfy one claim: engine containers and the result name of each."""
 
@@ -61,6 +80,8 @@ class ClaimVariant:
     class_names: tuple[str, ...]
     gpu_policy: str | None
     node_policy: str | None
+    screens: tuple[CapacityScreen, ...] = ()
+    """Per request (as `result_names`), where its capacity requests are refused."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +104,13 @@ class RequestContext:
     vendors: VendorRegistry
     selected: dict[tuple[str, ...], frozenset[str] | None] = field(default_factory=dict)
     """Memo of `_allowed` for this inventory: a decision never re-walks every device."""
+    screened: dict[tuple[tuple[str, str], ...], CapacityScreen] = field(default_factory=dict)
+    """Memo of `_capacity_screen` for this inventory, by the capacity requests."""
+    capacity_kinds: list[tuple[Mapping[str, Mapping[str, Any]], list[tuple[str, str]]]] = field(
+        default_factory=list
+    )
+    """Devices grouped by what they publish as capacity (few groups: one per GPU model
+    and setting), each with its (node, uuid)s: a screen checks each policy once."""
     every_uuid: frozenset[str] = field(init=False)
     """The inventory's uuids, gathered once per context (8,000 at 1,000 x 8 nodes)."""
 
@@ -151,6 +179,66 @@ def _allowed(expressions: Sequence[str], context: RequestContext) -> frozenset[s
     return context.selected[key]
 
 
+def _capacity_kinds(
+    context: RequestContext,
+) -> list[tuple[Mapping[str, Mapping[str, Any]], list[tuple[str, str]]]]:
+    if not context.capacity_kinds:
+        kinds: dict[str, tuple[Mapping[str, Mapping[str, Any]], list[tuple[str, str]]]] = {}
+        for where, device in context.inventory.by_node_uuid.items():
+            capacities = device.capacity()
+            kinds.setdefault(repr(capacities), (capacities, []))[1].append(where)
+        context.capacity_kinds.extend(kinds.values())
+    return context.capacity_kinds
+
+
+def _capacity_screen(
+    exactly: Mapping[str, Any], context: RequestContext, where: str
+) -> CapacityScreen:
+    """Which devices kube-scheduler would refuse for the request's capacity requests."""
+    requested = (exactly.get("capacity") or {}).get("requests") or {}
+    if not requested:
+        return SERVED_EVERYWHERE
+    key = tuple(sorted((str(name), str(amount)) for name, amount in requested.items()))
+    if key in context.screened:
+        return context.screened[key]
+    for name, amount in key:
+        try:
+            parse_quantity(amount)
+        except QuantityError as error:
+            raise InvalidParameterError(f"{where}.capacity.requests.{name}", error.reason) from None
+    outcomes = []
+    for capacities, members in _capacity_kinds(context):
+        try:
+            outcome = take_device(capacities, dict(key))
+        except QuantityError as error:
+            outcome = CapacityRefusal("", "", f"the device's capacity is unreadable: {error}")
+        outcomes.append((outcome, members))
+    screen = SERVED_EVERYWHERE
+    if any(isinstance(outcome, CapacityRefusal) for outcome, _ in outcomes):
+        refused: set[str] = set()
+        served: set[str] = set()
+        first_refusal: dict[str, CapacityRefusal] = {}
+        for outcome, members in outcomes:
+            for node, uuid in members:
+                if isinstance(outcome, CapacityRefusal):
+                    refused.add(uuid)
+                    first_refusal.setdefault(node, outcome)
+                else:
+                    served.add(node)
+        nodes = {node: why for node, why in first_refusal.items() if node not in served}
+        screen = CapacityScreen(frozenset(refused), nodes)
+    context.screened[key] = screen
+    return screen
+
+
+def _without(
+    allowed: frozenset[str] | None, refused: frozenset[str], context: RequestContext
+) -> frozenset[str] | None:
+    if not refused:
+        return allowed
+    return (context.every_uuid if allowed is None else allowed) - refused
+
+
 def _restrict(request: DeviceRequest, allowed: frozenset[str] | None) -> DeviceRequest:
     """The request limited to `allowed` uuids (and to its own uuid filter, if any)."""
     if allowed is None:
@@ -199,8 +287,15 @@ def _claim_variants(
             raise InvalidParameterError(
                 f"ResourceClaim {claim_name(claim)} {error.field}", error.reason
             ) from None
+        screens = tuple(
+            _capacity_screen(exactly, context, f"{where}[{position}].exactly")
+            for position, (_, exactly) in enumerate(combination)
+        )
         allowed = [
-            _allowed(_selectors(exactly, context.classes), context) for _, exactly in combination
+            _without(
+                _allowed(_selectors(exactly, context.classes), context), screen.refused, context
+            )
+            for (_, exactly), screen in zip(combination, screens, strict=True)
         ]
         names = tuple(name for name, _ in combination)
         for restricted in _match_attribute_variants(
@@ -217,6 +312,7 @@ def _claim_variants(
                 class_names=tuple(e.get("deviceClassName", "") for _, e in combination),
                 gpu_policy=pod_request.gpu_policy,
                 node_policy=pod_request.node_policy,
+                screens=screens,
             )
 
 

@@ -140,6 +140,7 @@ def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[st
             int(capacity["memory"]["value"]),
             int(capacity["cores"]["value"]),
             int(capacity["shares"]["value"]),
+            capacity,
         )
     return result
 

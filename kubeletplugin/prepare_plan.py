@@ -32,7 +32,7 @@ prepare, as any invalid parameter does.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +49,7 @@ from api.vgpu_config import (
 from dra_driver.engine.fit import type_and_mode_allowed, uuid_allowed
 from dra_driver.engine.requests import DeviceFilters
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import result_refusal
 from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, dra_vendor
 from kubeletplugin.gpus import GpuInfo
 from libvgpu.container_edits import CorePolicy
@@ -64,6 +65,9 @@ class DeviceCapacity:
     shares: int = 1
     """Concurrent shares the device takes (the slice's `shares` capacity); read by
     mixed mode's check, where legacy pods take slots of the same GPU."""
+    published: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The device's capacities as the slice publishes them, requestPolicy included:
+    a result kube-scheduler's rule refuses on them is refused (empty: not checked)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,11 @@ def plan_claim(
                 f"{where}.device", f"claim {who}: device {name!r} is not published by this node"
             )
         request = result.get("request") or ""
+        refusal = result_refusal(claim, result, capacity.published) if capacity.published else None
+        if refusal is not None:
+            raise InvalidParameterError(
+                where, f"claim {who}: request {request} on device {name}: {refusal}"
+            )
         config, dropped, set_by = _request_config(configs, request, allow_claim_opt_out)
         effective.append(config)
         ignored.update(dict.fromkeys(dropped))

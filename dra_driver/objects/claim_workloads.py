@@ -5,6 +5,8 @@ and/or the opaque `VGPUConfig` parameters addressed to this driver.
 Capacity requests win where both are given, because they are what
 kube-scheduler would consume in scheduler-allocated mode. With neither,
 a request takes the whole card's memory, as a count-only HAMi request does.
+Cores are read as kube-scheduler reads a quantity (`Quantity.Value()`): a
+fraction rounds up to the next whole core.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dra_driver.engine.requests import (
 )
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import whole_value
 from dra_driver.objects.dra_vendors import class_vendors
 
 DRIVER_NAME = "vgpu.hami.io"
@@ -121,7 +124,7 @@ def _device_request(
         percent = 100
     cores = config.cores or 0
     if "cores" in capacity:
-        cores = _capacity(capacity["cores"], f"{where}.capacity.requests.cores", _whole)
+        cores = _capacity(capacity["cores"], f"{where}.capacity.requests.cores", _whole_up)
     return DeviceRequest(
         vendor=vendor,
         count=count,
@@ -138,11 +141,11 @@ def _device_request(
     )
 
 
-def _whole(text: str) -> int:
+def _whole_up(text: str) -> int:
     value = parse_quantity(text)
-    if value != value.to_integral_value() or value < 0:
-        raise QuantityError(text, "must be a whole, non-negative number")
-    return int(value)
+    if value < 0:
+        raise QuantityError(text, "must not be negative")
+    return whole_value(value)
 
 
 def _capacity(raw: Any, field: str, convert) -> int:

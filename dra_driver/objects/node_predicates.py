@@ -1,5 +1,5 @@
-"""Which nodes a pod may go to at all, and what a capacity request rounds to: kube-scheduler's
-rules, pure.
+"""Which nodes a pod may go to at all: kube-scheduler's rules, pure. (What a capacity
+request rounds to is `capacity_policy`.)
 
 The controller picks a node when it allocates, and kube-scheduler must then
 be able to put the pod there; a node that fails one of these checks would
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import ROUND_CEILING, Context, Decimal
+from decimal import Decimal
 from typing import Any
 
 from api.quantity import QuantityError, parse_quantity
@@ -157,32 +157,3 @@ def node_refusal(
         ):
             return f"Insufficient {resource}"
     return None
-
-
-_EXACT = Context(prec=200)
-
-
-def round_up_request(amount: Decimal, policy: Mapping[str, Any] | None) -> Decimal | None:
-    """What a share takes for a request of `amount`, or None if the policy forbids it.
-
-    validValues: the smallest allowed value >= amount. validRange: below min
-    -> min, else min + ceil((amount - min) / step) * step; above max -> None.
-    """
-    if not policy:
-        return amount
-    if policy.get("validValues"):
-        allowed = sorted(parse_quantity(str(v)) for v in policy["validValues"])
-        return next((value for value in allowed if value >= amount), None)
-    bounds = policy.get("validRange")
-    if not bounds:
-        return amount
-    minimum = parse_quantity(str(bounds.get("min", "0")))
-    if amount <= minimum:
-        amount = minimum
-    elif bounds.get("step") is not None:
-        step = parse_quantity(str(bounds["step"]))
-        steps = _EXACT.divide(amount - minimum, step).to_integral_value(rounding=ROUND_CEILING)
-        amount = _EXACT.add(minimum, _EXACT.multiply(steps, step))
-    if bounds.get("max") is not None and amount > parse_quantity(str(bounds["max"])):
-        return None
-    return amount

@@ -6,12 +6,13 @@ kube-scheduler would write for them. Devices come from complete, newest-generati
 pools on the node; they match by DeviceClass and request selectors (CEL, via
 dra_cel, as kube-scheduler evaluates them); a device with a NoSchedule/NoExecute
 taint the request does not tolerate is never chosen; consumable capacity is rounded
-up by each capacity's requestPolicy and summed over every allocated claim.
+up, or refused, by each capacity's requestPolicy (capacity_policy, the rule the
+controller uses too) and summed over every allocated claim.
 
 It reads only the objects it is given (no client, no clock: `now` and share ids are
 passed in), so dra_scheduler.py can try it on every node of one scheduling cycle.
-It may call api.quantity, dra_driver.errors and dra_driver.objects (dra_cel,
-node_predicates).
+It may call api.quantity, dra_driver.errors and dra_driver.objects (capacity_policy,
+dra_cel, node_predicates).
 """
 
 from __future__ import annotations
@@ -25,12 +26,9 @@ from typing import Any
 
 from api.quantity import QuantityError, format_quantity_value, parse_quantity
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import CapacityRefusal, take_device
 from dra_driver.objects.dra_cel import CelCompileError, cel_device_from_slice, compile_selector
-from dra_driver.objects.node_predicates import (
-    node_selector_matches,
-    round_up_request,
-    untolerated_taint,
-)
+from dra_driver.objects.node_predicates import node_selector_matches, untolerated_taint
 
 log = logging.getLogger(__name__)
 
@@ -243,27 +241,16 @@ def _option(device: PoolDevice, request: DeviceRequest) -> _Option | None:
         unqualified(k, device.driver): v for k, v in (device.spec.get("capacity") or {}).items()
     }
     wanted = {unqualified(k, device.driver): v for k, v in request.capacity.items()}
-    if any(name not in capacities for name in wanted):
-        return None
     try:
         limits = {name: parse_quantity(str(c["value"])) for name, c in capacities.items()}
-        if not device.shared:
-            fits = all(amount <= limits[name] for name, amount in wanted.items())
-            return _Option(device, None, limits) if fits else None
-        take: dict[str, Decimal] = {}
-        for name, capacity in capacities.items():
-            policy = capacity.get("requestPolicy")
-            if name in wanted:
-                amount = round_up_request(wanted[name], policy)
-                if amount is None:
-                    return None
-            elif policy and policy.get("default") is not None:
-                amount = parse_quantity(str(policy["default"]))
-            else:
-                amount = limits[name]
-            take[name] = amount
+        take = take_device(capacities, wanted)
     except QuantityError:
         return None
+    if isinstance(take, CapacityRefusal):
+        return None
+    if not device.shared:
+        fits = all(take[name] <= limits[name] for name in wanted)
+        return _Option(device, None, limits) if fits else None
     return _Option(device, take, limits)
 
 

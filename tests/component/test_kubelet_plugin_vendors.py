@@ -193,7 +193,7 @@ async def test_an_ascend_share_names_its_npu_for_the_ascend_runtime(node: Vendor
     node.use("ascend")
     async with node.plugin():
         await node.kubelet.wait_registered(DRIVER)
-        claim = await node.claim("npu", "ascend.vgpu.hami.io", [result("gpu-0", "16Gi", "25")])
+        claim = await node.claim("npu", "ascend.vgpu.hami.io", [result("gpu-0", "16Gi", "0")])
         response = await node.kubelet.prepare(DRIVER, [claim])
         assert response.claims[claim.uid].error == ""
         _, env = spec_env(node, claim.uid)

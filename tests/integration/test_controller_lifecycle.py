@@ -43,7 +43,8 @@ async def test_no_fit_reports_hami_reasons_then_fits_when_a_node_arrives(tmp_pat
     async with cluster(tmp_path) as c:
         await c.add_class()
         await c.add_node("node-a", 2)
-        await c.add_pod_with_claim("huge", request(**capacity(memory="100Gi")))
+        await c.add_claim("huge-claim", config=[vgpu_config(memory="100Gi")])
+        await c.add_pod("huge")
         async with controller(c.client, registry=registry):
             on_pod = await c.wait_event("huge", "FilteringFailed")
             on_claim = await c.wait_event("huge-claim", "FilteringFailed")

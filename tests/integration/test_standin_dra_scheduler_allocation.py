@@ -16,8 +16,8 @@ from kubernetes import client, config, watch
 
 from api.quantity import parse_quantity
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import CapacityRefusal, take_capacity
 from dra_driver.objects.dra_cel import CelEvaluationError
-from dra_driver.objects.node_predicates import round_up_request
 from dra_driver.objects.resource_api import DELETE_PROTECTION
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
@@ -264,7 +264,8 @@ async def test_requests_round_up_to_the_step_and_to_valid_values(api: client.Api
 def test_round_up_request(
     requested: str, policy: dict[str, Any] | None, expected: str | None
 ) -> None:
-    rounded = round_up_request(parse_quantity(requested), policy)
+    taken = take_capacity("c", requested, {"value": "0", "requestPolicy": policy})
+    rounded = None if isinstance(taken, CapacityRefusal) else taken
 
     assert rounded == (None if expected is None else parse_quantity(expected))
 

@@ -120,7 +120,7 @@ def test_config_for_another_driver_is_ignored():
         (claim([exactly(allocationMode="All")]), "allocationMode: All is not supported"),
         (claim([exactly(count=0)]), "spec.devices.requests[0].exactly.count: must be a positive"),
         (claim([exactly(capacity={"requests": {"memory": "lots"}})]), "capacity.requests.memory"),
-        (claim([exactly(capacity={"requests": {"cores": "0.5"}})]), "capacity.requests.cores"),
+        (claim([exactly(capacity={"requests": {"cores": "-1"}})]), "capacity.requests.cores"),
         (
             claim([exactly()], [opaque({"memoryPercentage": 120})]),
             "spec.devices.config[0].opaque.parameters: memoryPercentage: must be between 1 and 100",

@@ -16,7 +16,7 @@ from controller.allocation import (
 )
 from controller.inventory import PublishedDevice
 from controller.requests import ClaimVariant
-from dra_driver.objects.node_predicates import round_up_request
+from dra_driver.objects.capacity_policy import CapacityRefusal, take_capacity
 
 GI = 1 << 30
 RANGE = {"validRange": {"min": "256Mi", "max": "80Gi", "step": "256Mi"}}
@@ -38,7 +38,8 @@ RANGE = {"validRange": {"min": "256Mi", "max": "80Gi", "step": "256Mi"}}
 def test_requests_are_rounded_up_by_the_policy(
     amount: Decimal, policy: dict[str, Any] | None, expected: Decimal | None
 ) -> None:
-    assert round_up_request(amount, policy) == expected
+    taken = take_capacity("c", amount, {"value": "0", "requestPolicy": policy})
+    assert (None if isinstance(taken, CapacityRefusal) else taken) == expected
 
 
 def device(**capacity: dict[str, Any]) -> PublishedDevice:
@@ -63,7 +64,8 @@ def test_every_capacity_of_the_device_is_consumed() -> None:
         "shares": Decimal(1),
         "bandwidth": Decimal(100),
     }
-    assert consumed_capacity(published, memory_mib=90 * 1024, cores=0, requested={}) is None
+    refused = consumed_capacity(published, memory_mib=90 * 1024, cores=0, requested={})
+    assert isinstance(refused, CapacityRefusal) and refused.capacity == "memory"
 
 
 def test_quantities_are_written_canonically() -> None:

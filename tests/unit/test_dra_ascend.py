@@ -18,6 +18,7 @@ from api.quantity import MIB
 from controller.allocation import consumed_capacity
 from controller.inventory import PublishedDevice
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.capacity_policy import CapacityRefusal
 from dra_driver.objects.dra_vendors import ascend_chip, dra_vendor
 from kubeletplugin.ascend_env import NpuShare, vnpu_env, vnpu_template
 from kubeletplugin.gpus import GpuInfo
@@ -76,13 +77,15 @@ def test_a_claim_of_3000_mib_on_a_910b_takes_the_smallest_template(product, held
 def test_a_core_share_on_a_template_chip_is_refused_as_hami_refuses_it_on_the_hard_split():
     spec = build_device(npu("Ascend910B3"), SliceSettings())
     published = PublishedDevice("vgpu.hami.io", "node-a", "node-a", spec, "uid", 1, "NPU-0")
-    assert consumed_capacity(published, memory_mib=3000, cores=25, requested={}) is None
+    refused = consumed_capacity(published, memory_mib=3000, cores=25, requested={})
+    assert isinstance(refused, CapacityRefusal)
 
 
 def test_above_the_whole_chip_a_310p_claim_finds_no_size_where_hami_rounds_down():
     spec = build_device(npu("Ascend310P3"), SliceSettings())
     published = PublishedDevice("vgpu.hami.io", "node-a", "node-a", spec, "uid", 1, "NPU-0")
-    assert consumed_capacity(published, memory_mib=22000, cores=0, requested={}) is None
+    refused = consumed_capacity(published, memory_mib=22000, cores=0, requested={})
+    assert isinstance(refused, CapacityRefusal)
 
 
 @pytest.mark.parametrize(
