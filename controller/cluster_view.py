@@ -72,6 +72,7 @@ from dra_driver.kube.informer import Handler, Informer, object_key
 from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.dra_cel import CelDevice, cel_device_from_slice
 from dra_driver.objects.dra_cel_cache import SelectorCache
+from dra_driver.objects.node_predicates import dra_extended_resources
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.objects.resource_api import RESOURCE_API
 
@@ -222,8 +223,10 @@ class ClusterView:
             self.selectors.forget(lambda key: isinstance(key, tuple) and key[0] == uid)
 
     def note_class(self) -> None:
-        """Class selectors and configs feed the request context: build it again."""
+        """Class selectors and configs feed the request context: build it again; the
+        names classes answer to are what kube-scheduler's NodeResourcesFit leaves to DRA."""
         self._context = None
+        self.node_filter.set_dra_resources(dra_extended_resources(self.classes.store.values()))
 
     def forget_burst_memos(self) -> None:
         """Drop the memos a burst's decisions built (node_filter.py): called once the

@@ -46,6 +46,14 @@ class NodeFilter:
         self._node_used: dict[str, tuple[int, dict[str, Decimal]]] = {}
         self._refusals: dict[str, dict[str, tuple[str, str | None]]] = {}
         """node -> pod shape -> (the node's resourceVersion, the refusal or None)."""
+        self._dra_resources: frozenset[str] = frozenset()
+        """The resource names DeviceClasses answer to, left to DRA by NodeResourcesFit."""
+
+    def set_dra_resources(self, names: frozenset[str]) -> None:
+        """The DeviceClasses changed: what NodeResourcesFit leaves to DRA may have."""
+        if names != self._dra_resources:
+            self._dra_resources = names
+            self._refusals.clear()
 
     def place(self, pod_key: str, node: str | None) -> bool:
         """Record the node the pod is bound to (None: unbound or finished); True if moved."""
@@ -128,7 +136,7 @@ class NodeFilter:
         if cached is not None and cached[0] == version:
             return cached[1]
         count, used = self._usage(name)
-        reason = node_refusal(pod, node, count, used, requested)
+        reason = node_refusal(pod, node, count, used, requested, self._dra_resources)
         if len(remembered) >= MAX_REMEMBERED_SHAPES:
             remembered.clear()
         remembered[shape] = (version, reason)

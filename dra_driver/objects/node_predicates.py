@@ -6,12 +6,25 @@ be able to put the pod there; a node that fails one of these checks would
 leave the pod Pending with a claim allocated on the wrong node. The reasons
 are kube-scheduler's wording so events read the same. The DRA scheduler
 stand-in applies the same rules, so the two never disagree.
+
+NodeResourcesFit is `noderesources/fit.go fitsRequest` of v1.36 (`resource_fit`):
+a resource the node does not list in allocatable counts as 0 there (a pod asking
+`nvidia.com/gpu` of a node without the device plugin is `Insufficient
+nvidia.com/gpu`), `pods` included; every insufficient resource is a reason; a
+request larger than the node's whole allocatable is unresolvable (preemption
+cannot help). A DRA extended resource, the name a DeviceClass answers to
+(`deviceclass.resource.kubernetes.io/<class>` or its extendedResourceName), that
+the node does not list is DynamicResources' to allocate, not NodeResourcesFit's
+to refuse; with DRAExtendedResource on, fit.go also leaves any unlisted scalar to
+DynamicResources when the pod asks for no extended resource at all (it reads no
+class mapping then).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +36,82 @@ NODE_NAME_MISMATCH = "node(s) didn't match the requested node name"
 TOO_MANY_PODS = "Too many pods"
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 TERMINAL_PHASES = ("Succeeded", "Failed")
+DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
+NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+"""The resources fit.go checks by name, only when the pod asks for some (> 0)."""
+
+_QUALIFIED_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def is_extended_resource_name(name: str) -> bool:
+    """kubelet's test: a domain-qualified name outside kubernetes.io, not a quota name."""
+    if name.startswith("requests.") or not _QUALIFIED_NAME.match(name):
+        return False
+    domain = name.split("/", 1)[0]
+    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
+
+
+@functools.lru_cache(maxsize=1024)
+def is_scalar_resource_name(name: str) -> bool:
+    """schedutil.IsScalarResourceName: what NodeInfo counts besides cpu, memory, storage
+    and pods (anything else a pod names is ignored by the fit). Both tests are cached:
+    Filter asks them per node, of the few names pods use."""
+    return (
+        is_extended_resource_name(name)
+        or name.startswith(("hugepages-", "attachable-volumes-"))
+        or "kubernetes.io/" in name
+    )
+
+
+def dra_extended_resources(classes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The resource names DeviceClasses answer to (extended.DeviceClassMapping): every
+    class's implicit `deviceclass.resource.kubernetes.io/<name>` and its
+    `spec.extendedResourceName`."""
+    names: set[str] = set()
+    for device_class in classes:
+        names.add(DEVICE_CLASS_RESOURCE_PREFIX + device_class["metadata"]["name"])
+        explicit = (device_class.get("spec") or {}).get("extendedResourceName")
+        if explicit:
+            names.add(explicit)
+    return frozenset(names)
+
+
+def resource_fit(
+    requested: Mapping[str, Decimal],
+    allocatable: Mapping[str, Decimal],
+    used: Mapping[str, Decimal],
+    pods_on_node: int,
+    dra_resources: Collection[str] = frozenset(),
+) -> tuple[tuple[str, ...], bool]:
+    """NodeResourcesFit's Filter (fit.go fitsRequest), every reason kept: the reasons
+    (empty: the pod fits) and whether preemption could resolve them."""
+    reasons: list[str] = []
+    unresolvable = False
+    if pods_on_node + 1 > allocatable.get("pods", Decimal(0)):
+        reasons.append(TOO_MANY_PODS)
+    reads_classes = any(amount and is_extended_resource_name(n) for n, amount in requested.items())
+    scalars = sorted(
+        name for name in requested if name not in NODE_RESOURCES and is_scalar_resource_name(name)
+    )
+    for name in [*(n for n in NODE_RESOURCES if n in requested), *scalars]:
+        amount = requested[name]
+        if amount <= 0:
+            continue
+        if (
+            name not in NODE_RESOURCES
+            and name not in allocatable
+            and (name in dra_resources or not reads_classes)
+        ):
+            continue
+        total = allocatable.get(name, Decimal(0))
+        if amount > total - used.get(name, Decimal(0)):
+            reasons.append(f"Insufficient {name}")
+            unresolvable = unresolvable or amount > total
+    return tuple(reasons), not unresolvable
 
 
 def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
@@ -122,12 +211,14 @@ def node_refusal(
     pods_on_node: int,
     used: Mapping[str, Decimal],
     requested: Mapping[str, Decimal] | None = None,
+    dra_resources: Collection[str] = frozenset(),
 ) -> str | None:
     """Why kube-scheduler would not put `pod` on `node`, or None.
 
     `pods_on_node` counts the node's pods that still hold resources (not
     finished) and `used` is what they request together (`requests_total`);
-    `requested` is `pod_resource_requests(pod)` when the caller has it already.
+    `requested` is `pod_resource_requests(pod)` when the caller has it already;
+    `dra_resources` the names DeviceClasses answer to (`dra_extended_resources`).
     """
     spec = pod.get("spec") or {}
     name = node["metadata"]["name"]
@@ -147,13 +238,8 @@ def node_refusal(
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required and not node_selector_matches(node, required):
         return SELECTOR_MISMATCH
-    allocatable = (node.get("status") or {}).get("allocatable") or {}
-    if "pods" in allocatable and pods_on_node + 1 > _amount(allocatable["pods"]):
-        return TOO_MANY_PODS
+    listed = (node.get("status") or {}).get("allocatable") or {}
+    allocatable = {name: _amount(quantity) for name, quantity in listed.items()}
     wanted = pod_resource_requests(pod) if requested is None else requested
-    for resource, amount in sorted(wanted.items()):
-        if resource in allocatable and used.get(resource, Decimal(0)) + amount > _amount(
-            allocatable[resource]
-        ):
-            return f"Insufficient {resource}"
-    return None
+    reasons, _ = resource_fit(wanted, allocatable, used, pods_on_node, dra_resources)
+    return reasons[0] if reasons else None

@@ -53,7 +53,7 @@ from kubernetes.client.rest import ApiException
 
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.api_time import api_time
-from dra_driver.objects.node_predicates import pod_resource_requests
+from dra_driver.objects.node_predicates import dra_extended_resources, pod_resource_requests
 from dra_driver.objects.pod_claims import pod_claim_names
 from simulator.standins.dra_allocator import (
     Pick,
@@ -73,7 +73,6 @@ from simulator.standins.node_fit import (
     NodeInfo,
     deallocatable,
     dra_extended_requests,
-    dra_extended_resources,
     fit_failure_on,
     pinned_nodes,
     unavailable_claims,

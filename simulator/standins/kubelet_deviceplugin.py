@@ -26,9 +26,9 @@ import grpc
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from dra_driver.errors import DriverError
+from dra_driver.objects.node_predicates import is_extended_resource_name
 from dra_driver.process.grpc_tasks import settle_cancelled_grpc_calls, stop_grpc_server
 from simulator.standins.kubelet_dra import finish_call, go_rpc_error
-from simulator.standins.node_fit import is_extended_resource_name
 
 KUBELET_SOCKET = "kubelet.sock"
 CHECKPOINT_FILE = "kubelet_internal_checkpoint"

@@ -8,25 +8,14 @@ those claims PostFilter may deallocate. Each answers the reasons kube-scheduler
 reports and whether preemption could resolve them (which shapes the "preemption:"
 part of the message).
 
-NodeResourcesFit is `noderesources/fit.go fitsRequest` of v1.36: a resource the node
-does not list in allocatable counts as 0 there (so a pod asking `nvidia.com/gpu`
-of a node without the device plugin is `Insufficient nvidia.com/gpu`, the wire
-fixtures' text), `pods` included; every insufficient resource is a reason; a request
-larger than the node's whole allocatable is unresolvable (preemption cannot help).
-A DRA extended resource, the name a DeviceClass answers to
-(`deviceclass.resource.kubernetes.io/<class>` or its extendedResourceName), that the
-node does not list is DynamicResources' to allocate, not NodeResourcesFit's to refuse;
-with DRAExtendedResource on, fit.go also leaves any unlisted scalar to DynamicResources
-when the pod asks for no extended resource at all (it reads no class mapping then).
+NodeResourcesFit is `node_predicates.resource_fit`, shared with the controller.
 Pure over the objects given; it may call dra_driver.objects.node_predicates and
 the admission stand-in's quantity reader.
 """
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -35,9 +24,9 @@ from dra_driver.objects.node_predicates import (
     NODE_NAME_MISMATCH,
     NODE_UNSCHEDULABLE,
     SELECTOR_MISMATCH,
-    TOO_MANY_PODS,
     node_selector_matches,
     pod_resource_requests,
+    resource_fit,
     untolerated_taint,
 )
 from simulator.standins.admission import quantity_value
@@ -47,48 +36,6 @@ DRA_EXTENDED_NOT_MODELLED = "the stand-in does not allocate DRA extended resourc
 """The stand-in's own reason where kube-scheduler's DynamicResources would allocate a
 DRA extended resource from its class's devices (a special claim the stand-in does
 not make): such a pod is refused, never placed without its devices."""
-DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
-NODE_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-"""The resources fit.go checks by name, only when the pod asks for some (> 0)."""
-
-_QUALIFIED_NAME = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-    r"/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
-@functools.lru_cache(maxsize=1024)
-def is_extended_resource_name(name: str) -> bool:
-    """kubelet's test: a domain-qualified name outside kubernetes.io, not a quota name."""
-    if name.startswith("requests.") or not _QUALIFIED_NAME.match(name):
-        return False
-    domain = name.split("/", 1)[0]
-    return not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
-
-
-@functools.lru_cache(maxsize=1024)
-def _is_scalar(name: str) -> bool:
-    """schedutil.IsScalarResourceName: what NodeInfo counts besides cpu, memory, storage
-    and pods (anything else a pod names is ignored by the fit). Both tests are cached:
-    Filter asks them per node, of the few names pods use."""
-    return (
-        is_extended_resource_name(name)
-        or name.startswith(("hugepages-", "attachable-volumes-"))
-        or "kubernetes.io/" in name
-    )
-
-
-def dra_extended_resources(classes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
-    """The resource names DeviceClasses answer to (extended.DeviceClassMapping): every
-    class's implicit `deviceclass.resource.kubernetes.io/<name>` and its
-    `spec.extendedResourceName`."""
-    names: set[str] = set()
-    for device_class in classes:
-        names.add(DEVICE_CLASS_RESOURCE_PREFIX + device_class["metadata"]["name"])
-        explicit = (device_class.get("spec") or {}).get("extendedResourceName")
-        if explicit:
-            names.add(explicit)
-    return frozenset(names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,29 +131,10 @@ def fit_failure_on(
 def _resources_fit(
     requested: Mapping[str, Decimal], info: NodeInfo, dra_resources: Collection[str]
 ) -> FitFailure | None:
-    """NodeResourcesFit's Filter (fit.go fitsRequest), every reason kept."""
-    allocatable, used = info.allocatable, info.used
-    reasons: list[str] = []
-    unresolvable = False
-    if len(info.pods) + 1 > allocatable.get("pods", Decimal(0)):
-        reasons.append(TOO_MANY_PODS)
-    reads_classes = any(amount and is_extended_resource_name(n) for n, amount in requested.items())
-    scalars = sorted(name for name in requested if name not in NODE_RESOURCES and _is_scalar(name))
-    for name in [*(n for n in NODE_RESOURCES if n in requested), *scalars]:
-        amount = requested[name]
-        if amount <= 0:
-            continue
-        if (
-            name not in NODE_RESOURCES
-            and name not in allocatable
-            and (name in dra_resources or not reads_classes)
-        ):
-            continue
-        total = allocatable.get(name, Decimal(0))
-        if amount > total - used.get(name, Decimal(0)):
-            reasons.append(f"Insufficient {name}")
-            unresolvable = unresolvable or amount > total
-    return FitFailure(tuple(reasons), not unresolvable) if reasons else None
+    reasons, resolvable = resource_fit(
+        requested, info.allocatable, info.used, len(info.pods), dra_resources
+    )
+    return FitFailure(reasons, resolvable) if reasons else None
 
 
 def dra_extended_requests(

@@ -17,12 +17,12 @@ from wire_fixtures import load_fixture
 
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
+from dra_driver.objects.node_predicates import is_extended_resource_name
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from simulator.standins.kubelet_deviceplugin import (
     AdmissionRejectedError,
     ContainerRequest,
     KubeletDevicePlugin,
-    is_extended_resource_name,
 )
 
 RESOURCE = "nvidia.com/gpu"

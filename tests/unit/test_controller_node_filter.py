@@ -94,6 +94,35 @@ def refusal(nodes: NodeFilter, the_pod: dict[str, Any]) -> str | None:
     return None if candidates else refused["node-a"]
 
 
+def gpu_pod(resource: str, amount: str = "1") -> dict[str, Any]:
+    container = {"name": "c", "resources": {"requests": {"cpu": "1", resource: amount}}}
+    return {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+
+def test_a_resource_the_node_does_not_list_is_insufficient_as_kube_scheduler_says() -> None:
+    """fit.go counts an unlisted resource as 0: the controller must not allocate a claim
+    on a node whose pod kube-scheduler then refuses (a legacy GPU pod on an AMD node)."""
+    assert node_refusal(gpu_pod("nvidia.com/gpu"), node(), 0, {}) == ("Insufficient nvidia.com/gpu")
+    listed = node()
+    listed["status"]["allocatable"]["nvidia.com/gpu"] = "2"
+    assert node_refusal(gpu_pod("nvidia.com/gpu", "2"), listed, 0, {}) is None
+
+
+def test_a_node_that_lists_no_pod_count_takes_no_pod() -> None:
+    unlisted = node()
+    del unlisted["status"]["allocatable"]["pods"]
+    assert node_refusal(pod(), unlisted, 0, {}) == "Too many pods"
+
+
+def test_a_device_class_resource_the_node_does_not_list_is_left_to_dra() -> None:
+    """A class's extendedResourceName is DynamicResources' to allocate; the implicit
+    deviceclass.resource.kubernetes.io/<class> name is no extended name, never checked."""
+    explicit, implicit = "example.com/vgpu", "deviceclass.resource.kubernetes.io/x.vgpu.hami.io"
+    assert node_refusal(gpu_pod(explicit), node(), 0, {}) == f"Insufficient {explicit}"
+    assert node_refusal(gpu_pod(explicit), node(), 0, {}, dra_resources={explicit}) is None
+    assert node_refusal(gpu_pod(implicit), node(), 0, {}) is None
+
+
 def test_node_filter_counts_the_pods_bound_to_a_node_as_they_come_and_go() -> None:
     lookups = Lookups()
     nodes = NodeFilter(lookups.pod_of, lookups.node_of)
