@@ -327,6 +327,13 @@ def charge_claims(
         if namespace not in limited:
             continue  # charging a namespace without a quota changes nothing
         for device, amount in claim_usage(claim, inventory):
-            vendor = next((v for v in vendors if v.matches(str(device.attribute("type")))), None)
+            vendor = device_vendor(device, vendors)
             if vendor is not None:
-                ledger.charge(namespace, vendor.name, amount.memory_mib, amount.cores)
+                ledger.charge(namespace, vendor, amount.memory_mib, amount.cores)
+
+
+def device_vendor(device: PublishedDevice, vendors: VendorRegistry) -> str | None:
+    """The vendor whose quota a share of the device is charged to: the one whose name
+    the device's type holds, as the engine matches them (None when no vendor does)."""
+    vendor = next((v for v in vendors if v.matches(str(device.attribute("type")))), None)
+    return None if vendor is None else vendor.name

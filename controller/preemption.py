@@ -1,0 +1,373 @@
+"""Which pods a pending pod preempts, and on which node, decided as kube-scheduler decides. Pure.
+
+kube-scheduler cannot preempt for a GPU share: its DynamicResources plugin has
+no PreFilterExtensions, so its dry run never sees the capacity a victim would
+free (kubernetes-dra.md §10). The controller decides every share itself, so it
+runs kube-scheduler's DefaultPreemption over its own view instead, with HAMi's
+full rules as the only filter:
+
+- Per node (`SelectVictimsOnNode`): every holder of strictly lower priority is
+  removed; if the pod does not fit then, the node is no candidate. Otherwise
+  the removed pods are given back most important first (priority, then start
+  time), those whose eviction would violate a PodDisruptionBudget before the
+  rest, each one kept when the pod still fits with it back; the others are the
+  victims, and `pdb_violations` counts the violating ones among them.
+- Nodes are tried from `offset` in the caller's order until kube-scheduler's
+  number of candidates is found (10 % of the nodes, at least 100; the search
+  stops early only once a candidate violates no budget), and one is picked by
+  `pickOneNodeForPreemption`'s rules, each breaking the previous one's ties.
+
+"Fits" is `decide_pod` on the node alone, with the engine's usage there minus
+the shares the removed pods free: the same variants, request policies,
+constraints, filters, NUMA and quota as an allocation, so the pod is never
+preempted for where it would then be refused. A share (one claim's allocation,
+or a legacy pod's hold) frees only when every pod reserving it is removed, so
+a claim shared with a pod that stays, or with a pod this view does not know,
+frees nothing. Giving back a pod that frees nothing is kept without a fit.
+
+What is not here: node predicates (the caller passes the nodes that pass them),
+capacity held for nominated pods, and every write (`nominatedNodeName`, the
+DisruptionTarget condition, the deletion, events).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from controller.decide import NoFit, decide_pod
+from controller.inventory import Inventory, claim_usage, device_vendor
+from controller.object_state import reservations_of
+from controller.requests import PodVariant
+from dra_driver.engine.engine import Engine
+from dra_driver.engine.model import DeviceUsage
+from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
+from dra_driver.engine.vendors import VendorRegistry
+
+PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+PREEMPT_NEVER = "Never"
+MIN_CANDIDATE_NODES_PERCENTAGE = 10
+"""DefaultPreemptionArgs' defaults: how many candidate nodes the dry run looks for."""
+MIN_CANDIDATE_NODES_ABSOLUTE = 100
+MAX_INT32 = 2**31 - 1
+NO_VICTIMS = "No preemption victims found for incoming pod"
+NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A pod that reserves shares: what victim selection and node choice read of it."""
+
+    uid: str
+    name: str
+    """namespace/name, for the events that name it."""
+    priority: int
+    started: float
+    """status.startTime in seconds; a pod not started yet counts as starting now
+    (kube-scheduler's GetPodStartTime), which the caller fills in."""
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one claim's allocation (or one legacy pod's hold) holds on a node."""
+
+    key: str
+    node: str
+    usage: Mapping[str, DeviceUsage]
+    """Per device uuid, in the engine's units."""
+    holders: frozenset[str]
+    """The uids of the pods reserving it: it frees only when all of them go."""
+    quota_use: tuple[tuple[str, str, int, int], ...] = ()
+    """(namespace, vendor, MiB, cores) charged to HAMi's namespace quota."""
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as the dry run reads it."""
+
+    allowed: int
+    """status.disruptionsAllowed."""
+    pods: frozenset[str]
+    """uids of the pods its selector matches in its namespace, less its disruptedPods."""
+
+
+@dataclass(frozen=True, slots=True)
+class Holdings:
+    """Who holds what: the pods, their shares, and the budgets that protect them."""
+
+    pods: Mapping[str, Holder]
+    shares: Sequence[Share]
+    budgets: Sequence[DisruptionBudget] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preemptor:
+    """The pending pod: its priority, its preemptionPolicy and its engine variants."""
+
+    priority: int
+    variants: Sequence[PodVariant]
+    policy: str = PREEMPT_LOWER_PRIORITY
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVictims:
+    """A candidate: the node, its victims most important first, and the shares they free."""
+
+    node: str
+    victims: tuple[Holder, ...]
+    pdb_violations: int
+    freed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NoPreemption:
+    """Why nothing is preempted, in kube-scheduler's words."""
+
+    message: str
+
+
+def plan_preemption(
+    preemptor: Preemptor,
+    engine: Engine,
+    inventory: Inventory,
+    nodes: Sequence[str],
+    holdings: Holdings,
+    offset: int = 0,
+) -> NodeVictims | NoPreemption:
+    """The node and victims kube-scheduler's DefaultPreemption would choose.
+
+    `engine` is the controller's, read only (its usage, settings, vendors and
+    quota); `nodes` pass the pod's node predicates, in the order to try them
+    from `offset` (kube-scheduler starts at a random one).
+    """
+    if preemptor.policy == PREEMPT_NEVER:
+        return NoPreemption(NOT_ELIGIBLE_NEVER)
+    potential = [name for name in nodes if name in inventory.nodes]
+    if not potential:
+        return NoPreemption(NOT_HELPFUL)
+    wanted = candidates_wanted(len(nodes))
+    by_node: dict[str, list[Share]] = {}
+    for share in holdings.shares:
+        by_node.setdefault(share.node, []).append(share)
+    clean: list[NodeVictims] = []
+    violating: list[NodeVictims] = []
+    statuses: dict[str, int] = {}
+    for step in range(len(potential)):
+        name = potential[(offset + step) % len(potential)]
+        trial = _NodeTrial(preemptor, engine, inventory, name)
+        found = select_victims(trial, preemptor.priority, by_node.get(name, []), holdings)
+        if isinstance(found, str):
+            statuses[found] = statuses.get(found, 0) + 1
+            continue
+        (violating if found.pdb_violations else clean).append(found)
+        if clean and len(clean) + len(violating) >= wanted:
+            break
+    candidates = clean + violating
+    if not candidates:
+        counts = ", ".join(f"{count} {reason}" for reason, count in sorted(statuses.items()))
+        return NoPreemption(f"0/{len(nodes)} nodes are available: {counts}.")
+    return pick_node(candidates)
+
+
+def candidates_wanted(nodes: int) -> int:
+    """kube-scheduler's calculateNumCandidates with the default arguments."""
+    wanted = max(nodes * MIN_CANDIDATE_NODES_PERCENTAGE // 100, MIN_CANDIDATE_NODES_ABSOLUTE)
+    return min(wanted, nodes)
+
+
+def select_victims(
+    trial: _NodeTrial, priority: int, shares: Sequence[Share], holdings: Holdings
+) -> NodeVictims | str:
+    """SelectVictimsOnNode over one node's shares, or the node's status when it is no
+    candidate (no lower-priority holder, or no fit even with all of them gone)."""
+    shares_of: dict[str, list[int]] = {}
+    for index, share in enumerate(shares):
+        for uid in share.holders:
+            shares_of.setdefault(uid, []).append(index)
+    lower = [
+        holdings.pods[uid]
+        for uid in shares_of
+        if uid in holdings.pods and holdings.pods[uid].priority < priority
+    ]
+    if not lower:
+        return NO_VICTIMS
+    removed = {pod.uid for pod in lower}
+    freed = {i for i, share in enumerate(shares) if share.holders <= removed}
+    refusal = trial.refusal([shares[i] for i in freed])
+    if refusal is not None:
+        return refusal
+    ordered = sorted(lower, key=_importance)
+    violating, others = split_by_budgets(ordered, holdings.budgets)
+    victims: list[Holder] = []
+    violations = 0
+    for group, violates in ((violating, 1), (others, 0)):
+        for pod in group:
+            back = [i for i in shares_of[pod.uid] if i in freed]
+            if back and trial.refusal([shares[i] for i in freed.difference(back)]) is not None:
+                victims.append(pod)
+                violations += violates
+                continue
+            freed.difference_update(back)
+    if violating and others:
+        victims.sort(key=_importance)
+    if not victims:
+        return NO_VICTIMS
+    keys = tuple(shares[i].key for i in sorted(freed))
+    return NodeVictims(trial.node, tuple(victims), violations, keys)
+
+
+def split_by_budgets(
+    ordered: Sequence[Holder], budgets: Sequence[DisruptionBudget]
+) -> tuple[list[Holder], list[Holder]]:
+    """filterPodsWithPDBViolation: walking the pods in order, each takes one disruption
+    from every budget covering it; a pod that takes one a budget no longer has violates."""
+    allowed = [budget.allowed for budget in budgets]
+    violating: list[Holder] = []
+    others: list[Holder] = []
+    for pod in ordered:
+        violated = False
+        for index, budget in enumerate(budgets):
+            if pod.uid in budget.pods:
+                allowed[index] -= 1
+                violated = violated or allowed[index] < 0
+        (violating if violated else others).append(pod)
+    return violating, others
+
+
+def pick_node(candidates: Sequence[NodeVictims]) -> NodeVictims:
+    """pickOneNodeForPreemption: each rule keeps the best-scoring candidates; the first
+    of the last ones left wins."""
+    rules = (
+        lambda c: -c.pdb_violations,
+        lambda c: -c.victims[0].priority,
+        lambda c: -sum(victim.priority + MAX_INT32 + 1 for victim in c.victims),
+        lambda c: -len(c.victims),
+        _earliest_start,
+    )
+    remaining = list(candidates)
+    for rule in rules:
+        best = max(rule(candidate) for candidate in remaining)
+        remaining = [candidate for candidate in remaining if rule(candidate) == best]
+        if len(remaining) == 1:
+            break
+    return remaining[0]
+
+
+def _earliest_start(candidate: NodeVictims) -> float:
+    """GetEarliestPodStartTime: the earliest start among the most important victims."""
+    top = candidate.victims[0].priority
+    return min(victim.started for victim in candidate.victims if victim.priority == top)
+
+
+def _importance(pod: Holder) -> tuple[int, float]:
+    """MoreImportantPod first: higher priority, then the earlier start."""
+    return -pod.priority, pod.started
+
+
+class _NodeTrial:
+    """Whether the preemptor fits on one node with some shares freed: an engine over
+    that node alone, given the controller engine's usage there minus those shares."""
+
+    def __init__(
+        self, preemptor: Preemptor, engine: Engine, inventory: Inventory, node: str
+    ) -> None:
+        state = engine.node_state(node)
+        self.node = node
+        self._preemptor = preemptor
+        self._inventory = inventory
+        self._quota = engine.quota
+        self._usage = {
+            slot.device.id: DeviceUsage(slot.used, slot.memory, slot.cores, slot.tags)
+            for slot in state.slots
+        }
+        self._engine = Engine(
+            [state.node], settings=engine.settings, vendors=engine.vendors, quota=engine.quota
+        )
+
+    def refusal(self, freed: Collection[Share]) -> str | None:
+        """None when the pod fits with `freed` released, else the node's reason."""
+        self._engine.set_usage(self.node, usage_without(self._usage, freed))
+        self._engine.quota = quota_without(self._quota, freed)
+        outcome = decide_pod(
+            self._engine, self._preemptor.variants, self._inventory, (self.node,), {}
+        )
+        if isinstance(outcome, NoFit):
+            return outcome.reasons.get(self.node, NO_VICTIMS)
+        return None
+
+
+def usage_without(
+    usage: Mapping[str, DeviceUsage], freed: Iterable[Share]
+) -> dict[str, DeviceUsage]:
+    """A node's per-device usage with the freed shares taken off (one of each of their
+    tags removed, as the engine releases a placement)."""
+    result = dict(usage)
+    for share in freed:
+        for uuid, amount in share.usage.items():
+            held = result.get(uuid)
+            if held is None:
+                continue
+            tags = list(held.tags)
+            for tag in amount.tags:
+                if tag in tags:
+                    tags.remove(tag)
+            result[uuid] = DeviceUsage(
+                max(held.used - amount.used, 0),
+                max(held.memory_mib - amount.memory_mib, 0),
+                max(held.cores - amount.cores, 0),
+                tuple(tags),
+            )
+    return result
+
+
+def quota_without(ledger: QuotaLedger | None, freed: Iterable[Share]) -> QuotaLedger | None:
+    """The ledger with the freed shares' charges given back (the same ledger when they
+    charged no limited namespace; it is never changed in place)."""
+    if ledger is None:
+        return None
+    returned = [
+        use for share in freed for use in share.quota_use if (use[0], use[1]) in ledger.quotas
+    ]
+    if not returned:
+        return ledger
+    quotas = dict(ledger.quotas)
+    for namespace, vendor, memory_mib, cores in returned:
+        quota = quotas[(namespace, vendor)]
+        quotas[(namespace, vendor)] = NamespaceQuota(
+            quota.memory_limit_mib,
+            quota.cores_limit,
+            quota.memory_used_mib - memory_mib,
+            quota.cores_used - cores,
+        )
+    return QuotaLedger(quotas)
+
+
+def claim_shares(
+    claims: Iterable[Mapping[str, Any]], inventory: Inventory, vendors: VendorRegistry
+) -> list[Share]:
+    """Each allocated claim's share per node, held by the pods in its reservedFor."""
+    shares: list[Share] = []
+    for claim in claims:
+        metadata = claim.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        holders = frozenset(
+            str(entry.get("uid"))
+            for entry in reservations_of(claim)
+            if entry.get("resource") == "pods" and entry.get("uid")
+        )
+        per_node: dict[str, dict[str, DeviceUsage]] = {}
+        charges: dict[str, list[tuple[str, str, int, int]]] = {}
+        for device, amount in claim_usage(claim, inventory):
+            on_node = per_node.setdefault(device.node, {})
+            on_node[device.uuid] = on_node.get(device.uuid, DeviceUsage()).plus(amount)
+            vendor = device_vendor(device, vendors)
+            if vendor is not None:
+                charges.setdefault(device.node, []).append(
+                    (namespace, vendor, amount.memory_mib, amount.cores)
+                )
+        key = f"{namespace}/{metadata.get('name')}"
+        for node, usage in per_node.items():
+            shares.append(Share(key, node, usage, holders, tuple(charges.get(node, ()))))
+    return shares
