@@ -1,6 +1,6 @@
-"""Who called /filter, /bind or /webhook, and whether they may (HAMi#3030: anyone could bind).
+"""Who called /filter, /bind, /preempt or /webhook, and may they (HAMi#3030: anyone could bind).
 
-kube-scheduler (/filter, /bind) and the API server (/webhook) are the only
+kube-scheduler (/filter, /bind, /preempt) and the API server (/webhook) are the only
 legitimate callers. A caller is known by a client certificate the TLS server
 verified against a `--client-ca-file` (its subject CN), or by a bearer token the
 API server vouches for through TokenReview (`authentication.k8s.io/v1`); the
@@ -29,7 +29,7 @@ from dra_driver.kube.rest import ApiError, KubeClient
 log = logging.getLogger(__name__)
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
-EXTENDER_PATHS = frozenset({"/filter", "/bind"})
+EXTENDER_PATHS = frozenset({"/filter", "/bind", "/preempt"})
 WEBHOOK_PATH = "/webhook"
 WEBHOOK_PATHS = frozenset({WEBHOOK_PATH, "/migrate"})
 """Only these are guarded. Health, readiness and metrics stay open: probes and Prometheus

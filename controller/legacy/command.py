@@ -94,7 +94,7 @@ def _register_role(commands: Subcommands, name: str) -> None:
         env="ALLOWED_CALLERS",
         default="",
         help="comma-separated usernames (TokenReview) and certificate CNs let into "
-        "/filter and /bind (kube-scheduler's)",
+        "/filter, /bind and /preempt (kube-scheduler's)",
     )
     parser.add_argument(
         "--allowed-webhook-callers",
@@ -109,7 +109,7 @@ def _register_role(commands: Subcommands, name: str) -> None:
         env="OPEN_WEBHOOK",
         default=False,
         help="answer /webhook for any caller, for API servers that send no client "
-        "certificate (managed clusters); /filter and /bind stay authenticated",
+        "certificate (managed clusters); /filter, /bind and /preempt stay authenticated",
     )
     parser.add_argument(
         "--authenticate-callers",
@@ -260,7 +260,8 @@ def _require_callers(
     if args.extender and not allowed:
         raise InvalidParameterError(
             "--allowed-callers",
-            "empty: every /filter and /bind would be refused (or --no-authenticate-callers)",
+            "empty: every /filter, /bind and /preempt would be refused "
+            "(or --no-authenticate-callers)",
         )
     if args.webhook and not args.open_webhook and not allowed_webhook:
         raise InvalidParameterError(

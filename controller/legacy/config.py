@@ -93,7 +93,7 @@ def load_device_config(path: Path | None) -> DeviceConfig:
 
 @dataclass(frozen=True, slots=True)
 class CallerAuthSettings:
-    """Who may call /filter, /bind and /webhook (HAMi#3030: anyone in the cluster could bind).
+    """Who may call /filter, /bind, /preempt and /webhook (HAMi#3030: anyone could bind).
 
     The extender's and the webhook's callers are told apart: kube-scheduler calls the first
     two, the API server's admission client the third, and the API server sends a client
@@ -109,7 +109,7 @@ class CallerAuthSettings:
     open_webhook: bool = False
     """/webhook answers any caller, for API servers that cannot present a client
     certificate: its answer has no side effect and goes back only to its caller
-    (docs/security.md). /filter and /bind stay authenticated."""
+    (docs/security.md). /filter, /bind and /preempt stay authenticated."""
     token_review_ttl: timedelta = timedelta(seconds=10)
     """How long a TokenReview answer is reused, so /filter does not wait on the API server
     every call; short, so a revoked token stops working soon."""

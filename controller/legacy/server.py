@@ -1,14 +1,14 @@
 """The legacy scheduler process: extender and/or webhook over one aiohttp server.
 
-`POST /filter`, `POST /bind` (extender), `POST /webhook` (admission), `POST
-/migrate` (the opt-in DRA migration, `controller.migration.webhook`), `GET
-/healthz` (the process answers), `GET /readyz` (the caches have listed) and
-`GET /metrics` (HAMi's scheduler metrics).
+`POST /filter`, `POST /bind`, `POST /preempt` (extender; preempt in `preempt.py`),
+`POST /webhook` (admission), `POST /migrate` (the opt-in DRA migration,
+`controller.migration.webhook`), `GET /healthz` (the process answers), `GET
+/readyz` (the caches have listed) and `GET /metrics` (HAMi's scheduler metrics).
 It listens at once and then waits for the API server (`dra_driver.kube.api_wait`):
 meanwhile /healthz answers, /readyz says why it is not ready, and extender and
 webhook calls get that reason with a 503, as kube-scheduler and the API server
 would get no answer at all from a process that exited or did not listen yet.
-Bodies are limited to 1 MiB (413 beyond). /filter, /bind and /webhook answer
+Bodies are limited to 1 MiB (413 beyond). /filter, /bind, /preempt and /webhook answer
 only authenticated, allowed callers (caller_auth.py): a client certificate
 verified against one of `client_cas` or a bearer token TokenReview vouches for
 (/webhook may be left open, `CallerAuthSettings.open_webhook`).
@@ -44,6 +44,7 @@ from controller.legacy.config import LegacySettings
 from controller.legacy.extender import Extender, parse_bind_args, parse_filter_args
 from controller.legacy.metrics import legacy_view
 from controller.legacy.pod_shape import check_pod_shape
+from controller.legacy.preempt import Preemption, parse_preempt_args
 from controller.metrics import HamiSchedulerCollector
 from controller.migration.webhook import MIGRATE_PATH, MigrationWebhook
 from dra_driver.errors import InvalidParameterError
@@ -168,6 +169,7 @@ class LegacyServer:
             client, timeout=settings.node_lock_timeout, claim_holders=settings.mixed_mode
         )
         self.extender = Extender(client, self.state, locker, events)
+        self.preemption = Preemption(self.state)
         self.caller_auth = CallerAuthenticator(client, settings.caller_auth)
         self.migration = MigrationWebhook(client, settings.backends(), settings.scheduler_name)
         self.registry = CollectorRegistry()
@@ -186,6 +188,7 @@ class LegacyServer:
         if self.serve.extender:
             app.router.add_post("/filter", self._guard(self._filter))
             app.router.add_post("/bind", self._guard(self._bind))
+            app.router.add_post("/preempt", self._guard(self._preempt))
         if self.serve.webhook:
             app.router.add_post("/webhook", self._webhook)
             app.router.add_post(MIGRATE_PATH, self.migration.handle)
@@ -251,6 +254,9 @@ class LegacyServer:
 
     async def _bind(self, body: Any) -> dict[str, Any]:
         return await self.extender.bind(parse_bind_args(body))
+
+    async def _preempt(self, body: Any) -> dict[str, Any]:
+        return await self.preemption.preempt(parse_preempt_args(body))
 
     async def _healthz(self, _: web.Request) -> web.Response:
         return web.Response(text="ok")

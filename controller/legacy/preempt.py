@@ -1,0 +1,222 @@
+"""kube-scheduler's preempt verb: which victims free a HAMi share on each candidate node.
+
+kube-scheduler's DefaultPreemption (`SelectVictimsOnNode`) proposes, per node,
+the victims its own filters need: every lower-priority pod removed, then each
+returned most important first and kept if the pod still fits. Its filters see
+no HAMi share (gpumem, cores, type and uuid filters; `nvidia.com/gpu` only as a
+node count, and not even that where `ignoredByScheduler` is set), and every
+victim it proposes was needed by one of them: returning it failed a filter
+while fewer pods were back, and resources only grow as pods return. So this
+verb drops none of them (bar one of equal or higher priority, which
+kube-scheduler never proposes and which is never a victim here). It judges the
+share with the project's engine over the node's usage without the proposed
+victims, and where that is not enough it runs the same reprieve over the other
+lower-priority pods holding shares on the node (bound there, not terminating):
+all removed, then returned most important first (priority, then earliest
+start; a pod not started yet counts as started now, as kube-scheduler's
+`GetPodStartTime` does) and kept when the pod still fits. Those that cannot
+return are added: the fewest, of the lowest priority. A node where even all
+of them gone leaves no room is dropped, as is one left with no victim.
+
+`NumPDBViolations`: the count kube-scheduler gave (capped at the victims kept
+of its own), plus every added victim, since this process reads no
+PodDisruptionBudget and an added one may violate one: an upper bound, so
+kube-scheduler's node choice never prefers a node for violations it was not
+told of. A pod whose `preemptionPolicy` is `Never` gets no node.
+In mixed mode a DRA claim's share counts as held: its pod's deletion frees it
+only once the DRA controller releases the claim, which this verb cannot see.
+Reference: kubernetes-dra.md §10 (Extender preemption).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from controller.legacy.cluster import ClusterState
+from controller.legacy.pod_shape import check_pod_shape
+from controller.legacy.pod_usage import PodAllocation, is_terminated, pod_uid
+from dra_driver.engine.engine import Engine
+from dra_driver.engine.requests import PodRequest
+from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.pod_workloads import pod_request
+
+NEVER = "Never"
+NOT_STARTED = "~"
+"""Sorts after every RFC 3339 time: a pod without `status.startTime` is the latest."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedVictims:
+    """kube-scheduler's victims on one node: their UIDs, and the pods in the full form."""
+
+    uids: tuple[str, ...]
+    pods: Mapping[str, Mapping[str, Any]]
+    pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptArgs:
+    """ExtenderPreemptionArgs."""
+
+    pod: Mapping[str, Any]
+    nodes: Mapping[str, ProposedVictims]
+
+
+def _victims(field: str, node: str, value: object, meta: bool) -> ProposedVictims:
+    where = f"{field}.{node}"
+    if not isinstance(value, dict):
+        raise InvalidParameterError(where, "expected an object with Pods and NumPDBViolations")
+    pods = value.get("Pods") or []
+    if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+        raise InvalidParameterError(f"{where}.Pods", "expected a list of objects")
+    violations = value.get("NumPDBViolations") or 0
+    if not isinstance(violations, int) or violations < 0:
+        raise InvalidParameterError(f"{where}.NumPDBViolations", "expected a count")
+    uids = []
+    for pod in pods:
+        uid = pod.get("UID") if meta else (pod.get("metadata") or {}).get("uid")
+        if not isinstance(uid, str) or not uid:
+            raise InvalidParameterError(f"{where}.Pods", "every victim needs a UID")
+        uids.append(uid)
+    full = {} if meta else dict(zip(uids, pods, strict=True))
+    return ProposedVictims(tuple(uids), full, violations)
+
+
+def parse_preempt_args(body: object) -> PreemptArgs:
+    """Validate ExtenderPreemptionArgs (either victims form); the error names the field."""
+    if not isinstance(body, dict):
+        raise InvalidParameterError("ExtenderPreemptionArgs", "expected a JSON object")
+    pod = body.get("Pod")
+    check_pod_shape(pod, "Pod")
+    nodes: dict[str, ProposedVictims] = {}
+    for field, meta in (("NodeNameToVictims", False), ("NodeNameToMetaVictims", True)):
+        per_node = body.get(field)
+        if per_node is None:
+            continue
+        if not isinstance(per_node, dict):
+            raise InvalidParameterError(field, "expected an object keyed by node name")
+        for node, value in per_node.items():
+            nodes[node] = _victims(field, node, value, meta)
+    return PreemptArgs(pod, nodes)
+
+
+def preempt_answer(victims: Mapping[str, tuple[list[str], int]]) -> dict[str, Any]:
+    """ExtenderPreemptionResult: per node the victims' UIDs and the PDB violations."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+            for node, (uids, violations) in victims.items()
+        }
+    }
+
+
+def priority_of(pod: Mapping[str, Any]) -> int:
+    priority = (pod.get("spec") or {}).get("priority")
+    return priority if isinstance(priority, int) else 0
+
+
+def _importance(pod: Mapping[str, Any]) -> tuple[int, str, str]:
+    """Most important first: higher priority, then earlier start (kube-scheduler's
+    MoreImportantPod), then the UID so that the answer never depends on map order."""
+    start = (pod.get("status") or {}).get("startTime") or NOT_STARTED
+    return -priority_of(pod), str(start), pod_uid(pod)
+
+
+class Preemption:
+    """Answers the preempt verb from the legacy scheduler's cache."""
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+
+    async def preempt(self, args: PreemptArgs) -> dict[str, Any]:
+        pod = args.pod
+        if (pod.get("spec") or {}).get("preemptionPolicy") == NEVER:
+            return preempt_answer({})
+        request = pod_request(pod, self.state.vendors, admission_defaults=False)
+        ceiling = priority_of(pod)
+        answer: dict[str, tuple[list[str], int]] = {}
+        async with self.state.lock:
+            pods = {pod_uid(p): p for p in self.state.pods.store.values()}
+            for node, proposed in args.nodes.items():
+                known = {**pods, **proposed.pods}
+                kept = [
+                    uid
+                    for uid in proposed.uids
+                    if uid in known and priority_of(known[uid]) < ceiling
+                ]
+                added = self._added_victims(request, pod_uid(pod), node, kept, ceiling, pods)
+                if added is None or not kept + added:
+                    continue
+                violations = min(proposed.pdb_violations, len(kept)) + len(added)
+                answer[node] = (kept + added, violations)
+        return preempt_answer(answer)
+
+    def _added_victims(
+        self,
+        request: PodRequest,
+        preemptor: str,
+        node: str,
+        kept: list[str],
+        ceiling: int,
+        pods: Mapping[str, Mapping[str, Any]],
+    ) -> list[str] | None:
+        """The share holders to remove beside `kept` (none when the pod needs no share),
+        or None when no choice of lower-priority holders makes room."""
+        if not request.has_devices():
+            return []
+        entry = self.state.inventory.get(node)
+        if entry is None or entry.node is None:
+            return None
+        engine = self.state.engine_for([entry.node])
+        allocations = self.state.allocations
+        for uid in (preemptor, *kept):
+            allocation = allocations.get(uid)
+            if allocation is not None and allocation.placement.node == node:
+                _give_back(engine, allocation)
+        others = sorted(
+            (
+                holder
+                for uid, allocation in allocations.items()
+                if uid not in kept and uid != preemptor and allocation.placement.node == node
+                for holder in (pods.get(uid),)
+                if holder is not None and _removable(holder, node, ceiling)
+            ),
+            key=_importance,
+        )
+        for holder in others:
+            _give_back(engine, allocations[pod_uid(holder)])
+        if not _fits(engine, request, node):
+            return None
+        added = []
+        for holder in others:
+            allocation = allocations[pod_uid(holder)]
+            engine.commit(_holder_request(allocation), allocation.placement)
+            if not _fits(engine, request, node):
+                _give_back(engine, allocation)
+                added.append(allocation.uid)
+        return added
+
+
+def _removable(pod: Mapping[str, Any], node: str, ceiling: int) -> bool:
+    """A pod kube-scheduler can find on the node and may evict for this preemptor."""
+    metadata = pod.get("metadata") or {}
+    return (
+        (pod.get("spec") or {}).get("nodeName") == node
+        and not metadata.get("deletionTimestamp")
+        and not is_terminated(pod)
+        and priority_of(pod) < ceiling
+    )
+
+
+def _holder_request(allocation: PodAllocation) -> PodRequest:
+    return PodRequest(allocation.namespace, allocation.name, ())
+
+
+def _give_back(engine: Engine, allocation: PodAllocation) -> None:
+    engine.release(_holder_request(allocation), allocation.placement)
+
+
+def _fits(engine: Engine, request: PodRequest, node: str) -> bool:
+    return engine.decide(request, [node]).placement is not None
