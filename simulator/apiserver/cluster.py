@@ -45,6 +45,7 @@ from .patch import PatchError, json_merge_patch, json_patch, strategic_merge_pat
 from .policy_matching import CREATE, DELETE, UPDATE, GroupVersionKind, Request
 from .registry import ResourceType
 from .rules import binding_node
+from .rules_scheduling import admit_pod_priority, admit_priority_class
 from .selectors import FieldTerm, Requirement
 from .store import ADDED, DELETED, MODIFIED, Storage
 from .write_checks import (
@@ -83,6 +84,8 @@ class Cluster:
         self._schedule_now = schedule
         self._namespaces = storage.registry.get("", "v1", "namespaces")
         self._nodes = storage.registry.get("", "v1", "nodes")
+        self._pods = storage.registry.get("", "v1", "pods")
+        self._priority_classes = storage.registry.get("scheduling.k8s.io", "v1", "priorityclasses")
         self.garbage_collector = GarbageCollector(self)
         self.namespaces = NamespaceController(self)
         # Set by the HTTP layer around one `dryRun=All` call: validate, answer, store nothing.
@@ -180,6 +183,12 @@ class Cluster:
 
     # ---- writes ----------------------------------------------------------------
 
+    def _stored_priority_classes(self) -> list[dict[str, Any]]:
+        """What the Priority plugin's lister sees (nothing where the type is not served)."""
+        if self._priority_classes is None:
+            return []
+        return list(self.storage.bucket(self._priority_classes).objects.values())
+
     def create(
         self,
         resource: ResourceType,
@@ -218,9 +227,13 @@ class Cluster:
             resource.on_create(obj)
         if resource is self._nodes:
             taint_new_node(obj)
+        if resource is self._pods:
+            admit_pod_priority(obj, asked_name, self._stored_priority_classes())
         if resource.normalize is not None:
             resource.normalize(obj, None)
         validate_write(resource, obj, None, status_only=False)
+        if resource is self._priority_classes:
+            admit_priority_class(obj, None, self._stored_priority_classes())
         self.admit(resource, CREATE, obj, None, asked_name)
         if (meta.get("namespace", ""), meta["name"]) in bucket.objects:
             raise already_exists(target(resource, meta["name"]))
@@ -267,6 +280,8 @@ class Cluster:
             resource.normalize(obj, old)
         new = updated_object(resource, old, obj, subresource, manager)
         validate_write(resource, new, old, status_only=subresource == "status")
+        if resource is self._priority_classes:
+            admit_priority_class(new, old, self._stored_priority_classes())
         new["metadata"]["resourceVersion"] = old_meta["resourceVersion"]
         self.admit(resource, UPDATE, new, old)
         if new == old:
@@ -374,10 +389,13 @@ class Cluster:
             raise conflict(
                 binding_target, f'pod {name} is already assigned to node "{spec["nodeName"]}"'
             )
+        if spec.get("schedulingGates"):
+            raise conflict(binding_target, f"pod {name} has non-empty .spec.schedulingGates")
         new = dict(old)
         new["metadata"] = dict(old["metadata"])
         new["spec"] = {**spec, "nodeName": node}
         status = dict(old.get("status") or {})
+        status.pop("nominatedNodeName", None)
         conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         conditions.append(
             {

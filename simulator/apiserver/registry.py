@@ -28,6 +28,7 @@ from .rules_resource_claims import (
     validate_resource_claim,
 )
 from .rules_resource_slices import normalize_resource_slice, validate_resource_slice
+from .rules_scheduling import normalize_priority_class, validate_priority_class
 from .validation import NameRule, dns_label, dns_subdomain
 
 BASE_FIELDS = frozenset({"metadata.name", "metadata.namespace"})
@@ -239,6 +240,16 @@ RESOURCES: tuple[ResourceType, ...] = (
         validate=validate_event_v1,
         tracks_generation=False,
         create_on_update=True,
+    ),
+    ResourceType(
+        "scheduling.k8s.io",
+        "v1",
+        "priorityclasses",
+        "PriorityClass",
+        False,
+        short_names=("pc",),
+        validate=validate_priority_class,
+        normalize=normalize_priority_class,
     ),
     ResourceType(
         "coordination.k8s.io",

@@ -26,6 +26,7 @@ from .errors import (
     required,
     unparsable_quantity,
 )
+from .rules_pod_gates import gated_placement_changes, only_deleted_gates
 from .validation import dns_subdomain, entry_name
 
 Validator = Callable[[dict[str, Any], dict[str, Any] | None], list[FieldError]]
@@ -40,6 +41,7 @@ POD_UPDATE_FORBIDDEN = (
 )
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 DEFAULT_TOLERATION_SECONDS = 300
+SCHEDULING_GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
 
 
 # ---- pods -------------------------------------------------------------------
@@ -116,13 +118,14 @@ def _decode_quantities(spec: dict[str, Any]) -> None:
 
 
 def default_pod(pod: dict[str, Any]) -> None:
-    """What admission adds on create: the service account, the priority, the tolerations
-    of DefaultTolerationSeconds; and the status a new pod starts with."""
+    """What admission adds on create: the service account, the tolerations of
+    DefaultTolerationSeconds (the priority is the Priority plugin's, rules_scheduling.py);
+    and the status a new pod starts with, SchedulingGated when it has gates (the pod
+    strategy's PrepareForCreate)."""
     spec = pod.setdefault("spec", {})
     if isinstance(spec, dict):
         spec.setdefault("serviceAccountName", "default")
         spec.setdefault("serviceAccount", spec["serviceAccountName"])
-        spec.setdefault("priority", 0)
         tolerations = spec.get("tolerations") or []
         added = [
             {
@@ -137,6 +140,17 @@ def default_pod(pod: dict[str, Any]) -> None:
         if added:
             spec["tolerations"] = [*tolerations, *added]
     pod["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+    if isinstance(spec, dict) and spec.get("schedulingGates"):
+        pod["status"]["conditions"] = [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "lastProbeTime": None,
+                "lastTransitionTime": None,
+                "reason": "SchedulingGated",
+                "message": SCHEDULING_GATED_MESSAGE,
+            }
+        ]
 
 
 def _tolerates_no_execute(toleration: Any, key: str) -> bool:
@@ -159,6 +173,9 @@ def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> list[FieldE
         errors += entry_name(path, container.get("name"), names)
         if not container.get("image") and old is None:
             errors.append(required(f"{path}.image"))
+    if old is None and spec.get("nodeName") and spec.get("schedulingGates"):
+        detail = "cannot be set until all schedulingGates have been cleared"
+        errors.append(forbidden("spec.nodeName", detail))
     if old is not None:
         errors += _validate_pod_update(spec, old.get("spec") or {})
     return errors
@@ -166,10 +183,13 @@ def validate_pod(pod: dict[str, Any], old: dict[str, Any] | None) -> list[FieldE
 
 def _validate_pod_update(spec: dict[str, Any], before: dict[str, Any]) -> list[FieldError]:
     """Only images, activeDeadlineSeconds, added tolerations, a negative grace period
-    set to 1 and removed scheduling gates may change (ValidatePodUpdate)."""
+    set to 1 and removed scheduling gates may change (ValidatePodUpdate); while the pod
+    is gated, also additions to its node selector and required node affinity
+    (rules_pod_gates.py)."""
     for key in ("containers", "initContainers"):
         if len(spec.get(key) or []) != len(before.get(key) or []):
             return [forbidden(f"spec.{key}", "pod updates may not add or remove containers")]
+    errors = only_deleted_gates(spec.get("schedulingGates"), before.get("schedulingGates"))
     mutable = copy.deepcopy(spec)
     for key in ("containers", "initContainers"):
         for container, earlier in zip(mutable.get(key) or [], before.get(key) or [], strict=True):
@@ -185,12 +205,12 @@ def _validate_pod_update(spec: dict[str, Any], before: dict[str, Any]) -> list[F
     )
     if grace == 1 and isinstance(earlier_grace, int) and earlier_grace < 0:
         _copy_key(mutable, before, "terminationGracePeriodSeconds")
-    gates = mutable.get("schedulingGates") or []
-    if all(g in (before.get("schedulingGates") or []) for g in gates):
-        _copy_key(mutable, before, "schedulingGates")
+    _copy_key(mutable, before, "schedulingGates")
+    if before.get("schedulingGates"):
+        errors += gated_placement_changes(mutable, before)
     if mutable != before:
-        return [forbidden("spec", POD_UPDATE_FORBIDDEN)]
-    return []
+        errors.append(forbidden("spec", POD_UPDATE_FORBIDDEN))
+    return errors
 
 
 def _copy_key(target: dict[str, Any], source: dict[str, Any], key: str) -> None:
@@ -201,7 +221,8 @@ def _copy_key(target: dict[str, Any], source: dict[str, Any], key: str) -> None:
 
 
 def validate_pod_status(pod: dict[str, Any], old: dict[str, Any] | None) -> list[FieldError]:
-    """status.resourceClaimStatuses must name entries of spec.resourceClaims, once each."""
+    """status.resourceClaimStatuses must name entries of spec.resourceClaims, once each;
+    a new status.nominatedNodeName must be a node name."""
     claims = {c.get("name") for c in (pod.get("spec") or {}).get("resourceClaims") or []}
     errors: list[FieldError] = []
     seen: set[str] = set()
@@ -220,6 +241,9 @@ def validate_pod_status(pod: dict[str, Any], old: dict[str, Any] | None) -> list
         seen.add(name)
         if status.get("resourceClaimName"):
             errors += dns_subdomain(f"{path}.resourceClaimName", status["resourceClaimName"])
+    nominated = (pod.get("status") or {}).get("nominatedNodeName")
+    if nominated and nominated != ((old or {}).get("status") or {}).get("nominatedNodeName"):
+        errors += dns_subdomain("status.nominatedNodeName", nominated)
     return errors
 
 

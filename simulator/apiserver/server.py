@@ -42,6 +42,7 @@ from .faults import FaultInjector
 from .list_encoding import ListEncoder, dumps
 from .listing import too_large
 from .registry import Registry, ResourceType
+from .rules_scheduling import system_priority_classes
 from .selectors import SelectorError, parse_field_selector, parse_label_selector
 from .settings import APIServerSettings
 from .store import Bucket, Storage, Watcher
@@ -144,6 +145,10 @@ class APIServer:
         if namespaces is not None:
             for name in self.settings.namespaces:
                 self._cluster.create(namespaces, "", {"metadata": {"name": name}})
+        priority_classes = self.registry.get("scheduling.k8s.io", "v1", "priorityclasses")
+        if priority_classes is not None:
+            for body in system_priority_classes():
+                self._cluster.create(priority_classes, "", body)
         if self.settings.controllers:
             self._controllers = Controllers(self._cluster, self.settings, loop)
             self._controllers.start()

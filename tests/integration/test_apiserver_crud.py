@@ -35,6 +35,8 @@ def test_discovery_lists_every_served_group_and_version(api: ApiClient) -> None:
         "policy",
         "rbac.authorization.k8s.io",
         "admissionregistration.k8s.io",
+        # PriorityClass, which the Priority admission plugin resolves (§10).
+        "scheduling.k8s.io",
     }
     assert groups["resource.k8s.io"].preferred_version.group_version == "resource.k8s.io/v1"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
