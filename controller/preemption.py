@@ -205,11 +205,14 @@ def select_victims(
     for group, violates in ((violating, 1), (others, 0)):
         for pod in group:
             back = [i for i in shares_of[pod.uid] if i in freed]
-            if back and trial.refusal([shares[i] for i in freed.difference(back)]) is not None:
+            still = freed.difference(back)
+            if back and trial.refusal_with_back(
+                [shares[i] for i in back], [shares[i] for i in still]
+            ):
                 victims.append(pod)
                 violations += violates
                 continue
-            freed.difference_update(back)
+            freed = still
     if violating and others:
         victims.sort(key=_importance)
     if not victims:
@@ -282,19 +285,35 @@ class _NodeTrial:
             slot.device.id: DeviceUsage(slot.used, slot.memory, slot.cores, slot.tags)
             for slot in state.slots
         }
+        self._fitting = self._usage
         self._engine = Engine(
             [state.node], settings=engine.settings, vendors=engine.vendors, quota=engine.quota
         )
 
     def refusal(self, freed: Collection[Share]) -> str | None:
-        """None when the pod fits with `freed` released, else the node's reason."""
-        self._engine.set_usage(self.node, usage_without(self._usage, freed))
+        """None when the pod fits with `freed` released, else the node's reason; a fit
+        becomes the usage that `refusal_with_back` starts from."""
+        return self._judge(usage_without(self._usage, freed), freed)
+
+    def refusal_with_back(self, back: Iterable[Share], freed: Collection[Share]) -> str | None:
+        """`refusal(freed)` when the last fit freed `freed` and `back` too: only the
+        devices `back` holds are charged again."""
+        usage = dict(self._fitting)
+        for share in back:
+            for uuid, amount in share.usage.items():
+                if uuid in usage:
+                    usage[uuid] = usage[uuid].plus(amount)
+        return self._judge(usage, freed)
+
+    def _judge(self, usage: dict[str, DeviceUsage], freed: Collection[Share]) -> str | None:
+        self._engine.set_usage(self.node, usage)
         self._engine.quota = quota_without(self._quota, freed)
         outcome = decide_pod(
             self._engine, self._preemptor.variants, self._inventory, (self.node,), {}
         )
         if isinstance(outcome, NoFit):
             return outcome.reasons.get(self.node, NO_VICTIMS)
+        self._fitting = usage
         return None
 
 
