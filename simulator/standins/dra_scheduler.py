@@ -16,6 +16,8 @@ clears ONE unavailable claim reserved by nobody or only by this pod. Either way 
 pod gets PodScheduled=False. A pod whose claim does not exist yet (a template's claim
 kube-controller-manager has not made) is kept out of the queue as DynamicResources'
 PreEnqueue keeps it: nothing is tried or written until its claim or the pod changes.
+A pod with scheduling gates is kept out the same way (SchedulingGates' PreEnqueue)
+until its last gate goes; the queue takes pods highest `spec.priority` first.
 
 A DRA extended resource (a DeviceClass's resource name the node does not list), which
 kube-scheduler allocates through a claim of its own making, is not modelled: the node
@@ -64,7 +66,12 @@ from simulator.standins.dra_allocator import (
     plan_allocation,
 )
 from simulator.standins.dra_scheduler_api import SchedulerAPI, api_message
-from simulator.standins.dra_scheduler_cache import SchedulerCache, key_of
+from simulator.standins.dra_scheduler_cache import (
+    SchedulerCache,
+    key_of,
+    pod_priority,
+    scheduling_gates,
+)
 from simulator.standins.dra_scheduler_queue import SchedulingQueue
 from simulator.standins.node_fit import (
     CLAIM_NOT_ON_NODE,
@@ -87,6 +94,8 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 PRE_ENQUEUE = "PreEnqueue"
 """The outcome's reason for a pod DynamicResources' PreEnqueue kept out of the queue
 (kube-scheduler writes no condition for it)."""
+GATED_MESSAGE = "waiting for scheduling gates: [{}]"
+"""SchedulingGates' PreEnqueue status for a pod with gates left (Go's %v of the names)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,8 +199,12 @@ class DRAScheduler:
     async def run(self, stop: asyncio.Event) -> None:
         """Schedule this scheduler's unbound pods until `stop` is set."""
         loop = asyncio.get_running_loop()
-        queue = SchedulingQueue(self.settings.initial_backoff, self.settings.max_backoff)
         cache = SchedulerCache(self.scheduler_name)
+        queue = SchedulingQueue(
+            self.settings.initial_backoff,
+            self.settings.max_backoff,
+            lambda key: pod_priority(cache.pods.get(key) or {}),
+        )
         state = _RunState(cache, queue, asyncio.Semaphore(self.settings.parallelism))
         cache.wake = state.wake
         reflectors = [
@@ -209,7 +222,12 @@ class DRAScheduler:
                 if key in state.in_flight:
                     state.woken.add(key)
                     continue
-                if pod is None or not cache.pending(pod) or cache.assumed(key):
+                if (
+                    pod is None
+                    or not cache.pending(pod)
+                    or scheduling_gates(pod)
+                    or cache.assumed(key)
+                ):
                     queue.done(key)
                     continue
                 await state.slots.acquire()
@@ -278,6 +296,8 @@ class DRAScheduler:
         cache.apply("pods", "MODIFIED", pod)
         if not cache.pending(pod):
             return SchedulingOutcome((pod.get("spec") or {}).get("nodeName"))
+        if gates := scheduling_gates(pod):
+            return SchedulingOutcome(None, PRE_ENQUEUE, GATED_MESSAGE.format(" ".join(gates)))
         decision = self._cycle(cache, pod)
         if isinstance(decision, _Placement):
             cache.assume(key_of(pod), decision.node, decision.assumed_claims())

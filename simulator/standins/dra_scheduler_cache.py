@@ -35,6 +35,17 @@ def key_of(obj: Mapping[str, Any]) -> str:
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
 
 
+def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:
+    """The gates that keep the pod out of the queue (SchedulingGates' PreEnqueue)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    return [str(gate.get("name")) for gate in gates if isinstance(gate, dict)]
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
+    return int((pod.get("spec") or {}).get("priority") or 0)
+
+
 def _filter_view(node: Mapping[str, Any]) -> tuple[Any, ...]:
     """What of a node Filter reads: a heartbeat that changes none of it wakes no pod."""
     metadata = node.get("metadata") or {}
@@ -197,7 +208,7 @@ class SchedulerCache:
             self._place(key, spec["nodeName"], pod_resource_requests(pod))
         elif spec.get("nodeName"):
             self._unplace(key)
-        if not self.pending(pod):
+        if not self.pending(pod) or scheduling_gates(pod):
             self.parked.discard(key)
             return
         if old is None or key not in self.parked or self._claims_changed(old, pod):

@@ -1,7 +1,8 @@
 """The kube-scheduler stand-in's scheduling queue: active pods, and pods backing off.
 
 kube-scheduler's activeQ / backoffQ in small: a pod key is `add`ed when the watch
-shows it pending (or an event may let it fit), popped in arrival order, and after a
+shows it pending (or an event may let it fit), popped as PrioritySort orders the
+activeQ (highest `spec.priority` first, then the earliest `add`), and after a
 failed attempt `back_off`s for a delay doubled per failure (podInitialBackoffSeconds
 1, podMaxBackoffSeconds 10) unless an event `add`s it back sooner; `done` forgets
 its failures. Pure bookkeeping on the event loop; `pop` is the only await.
@@ -11,16 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-from collections import deque
+import itertools
+from collections.abc import Callable
 
 
 class SchedulingQueue:
     """Keys of pods to try, at most once each at any moment."""
 
-    def __init__(self, initial_backoff: float, max_backoff: float) -> None:
+    def __init__(
+        self, initial_backoff: float, max_backoff: float, priority_of: Callable[[str], int]
+    ) -> None:
         self._initial = initial_backoff
         self._max = max_backoff
-        self._active: deque[str] = deque()
+        self._priority_of = priority_of
+        self._order = itertools.count()
+        """The queue timestamp: PrioritySort's tie-break, taken on each `add`."""
+        self._active: list[tuple[int, int, str]] = []
         self._queued: set[str] = set()
         self._delays: dict[str, float] = {}
         """key -> the backoff of its last failure (doubled on the next)."""
@@ -36,7 +43,7 @@ class SchedulingQueue:
         self._retry_at.pop(key, None)
         if key not in self._queued:
             self._queued.add(key)
-            self._active.append(key)
+            heapq.heappush(self._active, (-self._priority_of(key), next(self._order), key))
             self._changed.set()
 
     def back_off(self, key: str) -> float:
@@ -65,7 +72,7 @@ class SchedulingQueue:
                     del self._retry_at[key]
                     self.add(key)
             if self._active:
-                key = self._active.popleft()
+                key = heapq.heappop(self._active)[2]
                 self._queued.discard(key)
                 return key
             self._changed.clear()
