@@ -55,6 +55,7 @@ from controller.object_state import (
     allocated_node,
     allocation_of,
     compact_object,
+    is_gated,
     is_pending,
     is_terminal,
     reservations_of,
@@ -305,10 +306,11 @@ class ClusterView:
 
     def note_legacy_pod(self, key: str, pod: Mapping[str, Any], gone: bool) -> bool:
         """In mixed mode, track what the pod holds through HAMi's annotations; True if
-        that changed (the engine is stale then)."""
+        that changed (the engine is stale then). A gated pod holds nothing, whatever it
+        was created with: nobody scheduled it."""
         if not self.settings.mixed_mode:
             return False
-        hold = None if gone else legacy_hold(pod, self._legacy_backends)
+        hold = None if gone or is_gated(pod) else legacy_hold(pod, self._legacy_backends)
         if hold == self.legacy_holds.get(key):
             return False
         if hold is None:
@@ -427,7 +429,7 @@ class ClusterView:
         claim is being deleted and nobody reserves it, every pod that reserved it
         is gone or finished (kube-controller-manager drops those reservations, then
         the sweeper clears it), or it is ours, unreserved, and no pending pod refers
-        to it.
+        to it (a gated pod is not pending: it holds nothing).
         """
         key = object_key(claim)
         if key in self.pending:

@@ -62,10 +62,19 @@ def condition_signature(condition: Mapping[str, Any] | None) -> ConditionSignatu
     return (str(condition.get("lastTransitionTime")), str(condition.get("message")))
 
 
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """The pod names a scheduling gate: nobody may schedule it until the last one is gone."""
+    return bool((pod.get("spec") or {}).get("schedulingGates"))
+
+
 def is_pending(pod: Mapping[str, Any]) -> bool:
-    """Not bound, not being deleted, phase Pending: a pod whose claims may still be allocated."""
+    """Not bound, not gated, not being deleted, phase Pending: a pod whose claims may be
+    allocated now. A gated pod is not scheduled, so its claims are neither allocated nor
+    reserved nor held for it; its gates can only be removed, and the update that removes
+    the last one makes it pending."""
     return (
-        not (pod.get("spec") or {}).get("nodeName")
+        not is_gated(pod)
+        and not (pod.get("spec") or {}).get("nodeName")
         and not pod["metadata"].get("deletionTimestamp")
         and (pod.get("status") or {}).get("phase", "Pending") == "Pending"
     )

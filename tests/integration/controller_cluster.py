@@ -166,6 +166,17 @@ class Cluster:
         }
         await self.client.create("/apis/resource.k8s.io/v1/deviceclasses", body)
 
+    async def add_priority_class(self, name: str, value: int) -> None:
+        """A PriorityClass pods name (`priorityClassName`): admission sets `spec.priority`
+        from it and refuses a pod that gives one itself."""
+        body = {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+        }
+        await self.client.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
+
     async def add_claim(
         self,
         name: str,
