@@ -168,6 +168,7 @@ def test_kube_scheduler_extender_manages_every_hami_resource_of_the_device_confi
     assert config["kind"] == "KubeSchedulerConfiguration"
     (extender,) = config["extenders"]
     assert extender["filterVerb"] == "filter" and extender["bindVerb"] == "bind"
+    assert extender["preemptVerb"] == "preempt"
     assert extender["nodeCacheCapable"] is True
     assert "prioritizeVerb" not in extender
     assert _managed(legacy) == dict.fromkeys(wanted, True)
