@@ -20,7 +20,8 @@ names the legacy pods holding the node's GPUs, and writes hold HAMi's node
 lock (node_guard.py).
 
 This module composes those parts and runs the loop: sync each due key, then
-sleep until the next one is due or something changed.
+sleep until the next one is due or something changed. Keys are synced in the
+order kube-scheduler's queue would pop them (pod_order.py).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from controller.object_state import (
     is_pending,
     scheduled_condition,
 )
+from controller.pod_order import QueueRank, queue_rank
 from controller.pod_placements import PodPlacements
 from controller.requests import pod_variants
 from controller.settings import ControllerSettings
@@ -114,7 +116,9 @@ class Controller:
         self._burst_end = BurstEnd(settings.release_after_freed_objects)
         self.ready = asyncio.Event()
         self.view = ClusterView(client, settings, self.vendors, recorder)
-        self.queue = WorkQueue(clock, settings.retry_initial_s, settings.retry_max_s)
+        self.queue = WorkQueue(
+            clock, settings.retry_initial_s, settings.retry_max_s, rank=self._rank
+        )
         self.placements = PodPlacements()
         guard: NodeGuard = (
             MixedNodeGuard(client, self.view, NodeLocker(client, claim_holders=True))
@@ -194,6 +198,7 @@ class Controller:
             now = self.clock()
             self.view.refresh()
             self.sweeper.sweep()
+            version = self.queue.version
             for position, key in enumerate(self.queue.due(now)):
                 if not self.queue.take(key):
                     continue
@@ -204,11 +209,18 @@ class Controller:
                     self._sync_pod(key)
                 if position % SYNCS_BETWEEN_YIELDS == SYNCS_BETWEEN_YIELDS - 1:
                     await asyncio.sleep(0)
+                    if self.queue.version != version:
+                        break  # a waiting key may outrank the rest now (pod_order.py)
             self._update_gauges(now)
             timeout = self.queue.next_timeout(self.clock(), self._snapshot_at + SNAPSHOT_PERIOD_S)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self.queue.wake.wait()
+
+    def _rank(self, key: str) -> QueueRank:
+        if key.startswith(STANDALONE):
+            return queue_rank(self.view.claim_view.get(key.removeprefix(STANDALONE)))
+        return queue_rank(self.view.pods.get(key))
 
     def _update_gauges(self, now: float) -> None:
         pending = sum(len(self.view.claims_of_pod(key)) for key in self.queue.trying())

@@ -4,20 +4,28 @@ A key is a pod's `namespace/name`, or STANDALONE + a claim's key. A key is due
 once the time it was enqueued for has come. A key that did not fit waits
 until the view changed (`changed()` bumps a version) and its backoff passed
 (doubling, jittered so replicas and pods do not retry in step), so a stuck
-pod never spins and a changed cluster is looked at again at once. Keys whose
-writes or moves are running are in flight and skipped until they finish. A
-key deferred (a pod moved, or its allocation taken back) is not due before its
-time, whatever events enqueue it meanwhile.
+pod never spins and a changed cluster is looked at again at once. Due keys
+are decided highest priority first, then oldest, then first queued, and a
+waiting key's backoff is lifted when a key of lower priority is about to be
+decided in a view that changed since it was refused (controller/pod_order.py
+says why and what it costs). Keys whose writes or moves are running are in
+flight and skipped until they finish. A key deferred (a pod moved, or its
+allocation taken back) is not due before its time, whatever events enqueue it
+meanwhile.
 
-Owns only its own tables and the event that wakes the loop; calls nothing.
+Owns only its own tables and the event that wakes the loop; calls nothing but the
+`rank` it is given.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+
+from controller.pod_order import NO_RANK, QueueRank, sort_key
 
 STANDALONE = "claim:"
 """Key prefix of a claim allocated without a pod (`allocate_standalone_claims`)."""
@@ -30,22 +38,30 @@ def jittered(delay: float) -> float:
 
 @dataclass(slots=True)
 class _Waiting:
-    """A key that did not fit: retried once the view changed and `ready_at` passed."""
+    """A key that did not fit: retried once the view changed and `ready_at` passed, or
+    once the view changed and a key of lower `rank` is due."""
 
     version: int
     delay: float
     ready_at: float
+    rank: QueueRank
 
 
 class WorkQueue:
     """Due keys, backed-off keys, keys in flight, and since when each key is being tried."""
 
     def __init__(
-        self, clock: Callable[[], float], retry_initial_s: float, retry_max_s: float
+        self,
+        clock: Callable[[], float],
+        retry_initial_s: float,
+        retry_max_s: float,
+        rank: Callable[[str], QueueRank] = lambda key: NO_RANK,
     ) -> None:
         self.clock = clock
         self.retry_initial_s = retry_initial_s
         self.retry_max_s = retry_max_s
+        self.rank = rank
+        """A key's priority and age (pod_order.py), read each time the key is ordered."""
         self.wake = asyncio.Event()
         self._version = 0
         self._due: dict[str, float] = {}
@@ -53,6 +69,17 @@ class WorkQueue:
         self._in_flight: set[str] = set()
         self._first_tried: dict[str, float] = {}
         self._not_before: dict[str, float] = {}
+        self._arrival: dict[str, int] = {}
+        self._arrivals = itertools.count()
+
+    @property
+    def version(self) -> int:
+        """Bumped by each `changed()`: a pass compares it to see whether to start over."""
+        return self._version
+
+    def _arrive(self, key: str) -> None:
+        if key not in self._arrival:
+            self._arrival[key] = next(self._arrivals)
 
     def enqueue(self, key: str, delay: float = 0.0) -> None:
         now = self.clock()
@@ -64,6 +91,7 @@ class WorkQueue:
             else:
                 del self._not_before[key]
         self._due[key] = min(at, self._due.get(key, at))
+        self._arrive(key)
         self.wake.set()
 
     def defer(self, key: str, delay: float) -> None:
@@ -72,6 +100,7 @@ class WorkQueue:
         self._not_before[key] = at
         self._due[key] = at
         self._waiting.pop(key, None)
+        self._arrive(key)
         self.wake.set()
 
     def changed(self) -> None:
@@ -84,12 +113,22 @@ class WorkQueue:
         self.wake.set()
 
     def due(self, now: float) -> list[str]:
-        """The keys to sync now, each once, enqueued ones first."""
-        ready = [key for key, at in self._due.items() if at <= now]
-        for key, waiting in self._waiting.items():
-            if waiting.version < self._version and waiting.ready_at <= now:
-                ready.append(key)
-        return list(dict.fromkeys(ready))
+        """The keys to sync now, each once, highest priority first, then oldest, then
+        first queued: those enqueued for now, the waiting ones whose view changed and
+        whose backoff passed, and, lest a lower-priority key take what they wait for,
+        the waiting ones whose view changed and whose priority is above a due key's."""
+        ranks = {key: self.rank(key) for key, at in self._due.items() if at <= now}
+        changed = [(k, w) for k, w in self._waiting.items() if w.version < self._version]
+        for key, waiting in changed:
+            if waiting.ready_at <= now:
+                ranks[key] = waiting.rank
+        if not ranks:
+            return []
+        floor = min(rank.priority for rank in ranks.values())
+        for key, waiting in changed:
+            if waiting.rank.priority > floor:
+                ranks.setdefault(key, waiting.rank)
+        return sorted(ranks, key=lambda key: sort_key(ranks[key], self._arrival.get(key, 0)))
 
     def take(self, key: str) -> bool:
         """Remove a due key from the queue; False if it is in flight (not to sync now)."""
@@ -108,17 +147,22 @@ class WorkQueue:
         (the first refusal since the view last changed), worth telling the user about."""
         previous = self._waiting.get(key)
         delay = min(previous.delay * 2, self.retry_max_s) if previous else self.retry_initial_s
-        self._waiting[key] = _Waiting(self._version, delay, self.clock() + jittered(delay))
+        ready_at = self.clock() + jittered(delay)
+        self._waiting[key] = _Waiting(self._version, delay, ready_at, self.rank(key))
+        self._arrive(key)
         return previous is None or previous.version != self._version
 
     def settle(self, key: str) -> None:
-        """The key was decided: it no longer waits for a change."""
+        """The key was decided: it no longer waits for a change (queued again, it
+        arrives anew)."""
         self._waiting.pop(key, None)
+        self._arrival.pop(key, None)
 
     def forget(self, key: str) -> None:
         """The pod no longer needs allocating (bound or no longer pending)."""
         self._waiting.pop(key, None)
         self._first_tried.pop(key, None)
+        self._arrival.pop(key, None)
 
     def drop(self, key: str) -> None:
         """The pod finished or is gone: nothing of it stays queued."""
