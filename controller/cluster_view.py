@@ -37,6 +37,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from controller.allocation_gate import names_class
 from controller.inventory import (
     Inventory,
     PublishedDevice,
@@ -379,16 +380,7 @@ class ClusterView:
 
     def is_ours(self, claim: Mapping[str, Any]) -> bool:
         """Whether a request of the claim names one of this controller's DeviceClasses."""
-        classes = self.settings.device_classes
-        for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
-            exactly = request.get("exactly")
-            if exactly is not None and exactly.get("deviceClassName") in classes:
-                return True
-            if any(
-                s.get("deviceClassName") in classes for s in request.get("firstAvailable") or []
-            ):
-                return True
-        return False
+        return names_class(claim.get("spec") or {}, self.settings.device_classes)
 
     def pods_referring(self, claim_key: str) -> Collection[str]:
         """The keys of the pods whose spec names the claim."""

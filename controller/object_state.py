@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from controller.allocation_gate import blocking_gates
 from dra_driver.objects.node_predicates import TERMINAL_PHASES
 
 STALE_CYCLE_MESSAGES = ("cannot allocate all claims", "waiting for resource claim")
@@ -63,8 +64,10 @@ def condition_signature(condition: Mapping[str, Any] | None) -> ConditionSignatu
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
-    """The pod names a scheduling gate: nobody may schedule it until the last one is gone."""
-    return bool((pod.get("spec") or {}).get("schedulingGates"))
+    """The pod names a scheduling gate other than the controller's own allocation gate,
+    which it removes itself once the pod's claims are allocated (allocation_gate.py):
+    nobody may schedule the pod until the last of those is gone."""
+    return bool(blocking_gates(pod))
 
 
 def is_pending(pod: Mapping[str, Any]) -> bool:
