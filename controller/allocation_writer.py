@@ -10,6 +10,9 @@ their reservations (`reserve_pod`), as kube-scheduler's PreBind would. In
 mixed mode a pod's writes hold the node's lock (node_guard.py), and a lock
 held by another or a legacy share that took the room fails them the same way.
 Each completed write is adopted into the view before the watch shows it.
+Once a pod's claims are allocated and reserved, the controller removes its own
+allocation gate from the pod if that is the pod's last gate (`release_gate`,
+allocation_gate.py): only then does kube-scheduler see the pod, ready to bind.
 `ClaimWriter` (claim_writes.py) makes the API calls.
 
 Owns: the write, reservation and clean-up tasks and the semaphore. Calls:
@@ -26,6 +29,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from controller.allocation import describe_results
+from controller.allocation_gate import ALLOCATION_GATE, gate_removal
 from controller.claim_writes import ClaimWriter, Reservation
 from controller.cluster_view import ClusterView
 from controller.metrics import ControllerMetrics
@@ -38,14 +42,18 @@ from controller.object_state import (
 )
 from controller.pod_placements import PodPlacements
 from controller.work_queue import WorkQueue, jittered
-from dra_driver.errors import DriverError
+from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.informer import object_key
+from dra_driver.kube.rest import ApiError
 from dra_driver.objects.node_lock import NodeLockBusyError
+from dra_driver.objects.pod_claims import pod_claim_names
 
 log = logging.getLogger(__name__)
 
 WRITE_FAILED = "AllocationWriteFailed"
+GATE_NOT_REMOVED = "AllocationGateNotRemoved"
+"""The warning on a pod whose allocation gate the API refused to let the controller remove."""
 HELD_BACK: dict[type[DriverError], str] = {
     NodeLockBusyError: "NodeLockHeld",
     LegacyShareTakenError: "LegacyShareTaken",
@@ -55,7 +63,8 @@ HELD_BACK: dict[type[DriverError], str] = {
 ClaimWrites = list[tuple[dict[str, Any], dict[str, Any]]]
 """A pod's claims, each with the allocation to write, in the order they are written."""
 RESERVE_RETRY_S = 0.5
-"""After a failed reservation the pod is synced again this much later (jittered)."""
+"""After a failed reservation or gate removal the pod is synced again this much later
+(jittered)."""
 
 
 class AllocationWriter:
@@ -159,6 +168,7 @@ class AllocationWriter:
                     },
                 },
             )
+            await self.release_gate(key)
         except DriverError as error:
             log.warning("allocation not written", extra={"pod": key, "error": str(error)})
             self.metrics.failures.labels(WRITE_FAILED).inc()
@@ -195,12 +205,46 @@ class AllocationWriter:
                 "pod added to its claims' reservations",
                 extra={"pod": key, "claims": [object_key(c) for c in claims]},
             )
+            await self.release_gate(key)
         except DriverError as error:
             log.warning("reservation not written", extra={"pod": key, "error": str(error)})
             self.queue.enqueue(key, jittered(RESERVE_RETRY_S))
         finally:
             self.queue.finish(key)
             self.queue.poke()
+
+    async def release_gate(self, key: str) -> None:
+        """Remove the controller's allocation gate from the pod if the view shows it is
+        the pod's last gate and every claim of ours allocated and reserved for it. A
+        refusal that may pass retries the pod later; one that will not is told on the pod."""
+        pod = self.view.pods.get(key)
+        if pod is None:
+            return
+        namespace = pod["metadata"]["namespace"]
+        claims = [
+            self.view.claim_view.get(f"{namespace}/{name}") if name else None
+            for name in pod_claim_names(pod).values()
+        ]
+        patch = gate_removal(pod, claims, self.view.settings.device_classes)
+        if patch is None:
+            return
+        try:
+            removed = await self.writer.remove_gate(pod, patch)
+        except DriverError as error:
+            log.warning("allocation gate not removed", extra={"pod": key, "error": str(error)})
+            if isinstance(error, TransientError):
+                self.queue.enqueue(key, jittered(RESERVE_RETRY_S))
+            elif isinstance(error, ApiError) and self.recorder is not None:
+                self.recorder.emit(
+                    involved_object(pod, "Pod", "v1"),
+                    WARNING,
+                    GATE_NOT_REMOVED,
+                    f"claims allocated, but the scheduling gate {ALLOCATION_GATE} was not "
+                    f"removed: {error}",
+                )
+            return
+        if removed:
+            log.info("allocation gate removed", extra={"pod": key})
 
     def _tell_held_back(self, writes: ClaimWrites, error: DriverError) -> None:
         """A claim waiting on a legacy pod's node lock or share says so on `kubectl

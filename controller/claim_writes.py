@@ -11,7 +11,9 @@ resourceVersion that was read: a 409 means someone changed the claim, so it is
 read again and written again if that still makes sense; 429/5xx/timeouts back
 off (doubling, jittered). Taking an allocation back clears `allocation`,
 `reservedFor` and `devices` together, unless a pod other than the one being
-moved reserved the claim meanwhile.
+moved reserved the claim meanwhile. Removing the controller's allocation gate
+from a pod is one JSON patch whose `test` pins the entry it removes
+(allocation_gate.py).
 
 Under leader election every write first passes the leader's fence
 (dra_driver/kube/leader.py `check`), right before it is sent: a decision made
@@ -24,17 +26,29 @@ import asyncio
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
+from controller.allocation_gate import Patch
 from controller.object_state import allocated_node, allocation_of, reservations_of
 from controller.requests import claim_name
 from dra_driver.errors import DriverError, TransientError
 from dra_driver.kube.leader import NO_FENCE, WriteFence
-from dra_driver.kube.rest import ConflictError, KubeClient, NotFoundError, object_path
+from dra_driver.kube.rest import (
+    JSON_PATCH,
+    ApiError,
+    ConflictError,
+    KubeClient,
+    NotFoundError,
+    object_path,
+)
 from dra_driver.objects.resource_api import RESOURCE_API
 
 MAX_RESERVATIONS = 256
 """kube's limit on `status.reservedFor` entries (ResourceClaimReservedForMaxSize)."""
+
+TEST_FAILED = "test failed"
+"""json-patch's error when a `test` operation does not match (the API answers 422)."""
 
 Reservation = Mapping[str, Any]
 """A `reservedFor` entry: {resource: pods, name, uid}."""
@@ -170,6 +184,24 @@ class ClaimWriter:
                 await self._pause(attempt)
                 current = await self._reread(path, current)
         raise TransientError(f"could not clear the allocation of {claim_name(claim)}")
+
+    async def remove_gate(self, pod: Mapping[str, Any], patch: Patch) -> bool:
+        """Send the patch that removes the controller's gate from the pod; False when the
+        pod is gone or its gates changed since it was read (the patch's `test` failed:
+        422 with json-patch's "test failed"), so the pod's next event decides again.
+        Other refusals (an admission policy's 422 Invalid among them) are raised."""
+        metadata = pod["metadata"]
+        path = object_path(f"/api/v1/namespaces/{metadata['namespace']}/pods", metadata["name"])
+        self.fence.check()
+        try:
+            await self.client.patch(path, patch, JSON_PATCH)
+        except NotFoundError:
+            return False
+        except ApiError as error:
+            if error.status == HTTPStatus.UNPROCESSABLE_ENTITY and TEST_FAILED in error.message:
+                return False
+            raise
+        return True
 
     async def _write_status(self, path: str, claim: dict[str, Any]) -> dict[str, Any]:
         """Replace the claim's status, if this replica may still write."""
