@@ -31,7 +31,9 @@ log = logging.getLogger(__name__)
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 EXTENDER_PATHS = frozenset({"/filter", "/bind", "/preempt"})
 WEBHOOK_PATH = "/webhook"
-WEBHOOK_PATHS = frozenset({WEBHOOK_PATH, "/migrate"})
+ALLOCATION_GATE_PATH = "/allocation-gate"
+"""The DRA controller's gate webhook (controller/gate_webhook.py), called by the API server."""
+WEBHOOK_PATHS = frozenset({WEBHOOK_PATH, "/migrate", ALLOCATION_GATE_PATH})
 """Only these are guarded. Health, readiness and metrics stay open: probes and Prometheus
 carry no identity."""
 CACHE_LIMIT = 1024

@@ -48,7 +48,8 @@ REVIEW_API_VERSION = "admission.k8s.io/v1"
 REVIEW_KIND = "AdmissionReview"
 
 
-def _review(uid: str, allowed: bool, **response: Any) -> dict[str, Any]:
+def review_answer(uid: str, allowed: bool, **response: Any) -> dict[str, Any]:
+    """An AdmissionReview v1 answer; `response` adds a patch, warnings or a status."""
     return {
         "apiVersion": REVIEW_API_VERSION,
         "kind": REVIEW_KIND,
@@ -56,7 +57,8 @@ def _review(uid: str, allowed: bool, **response: Any) -> dict[str, Any]:
     }
 
 
-def _patch(ops: list[dict[str, Any]]) -> dict[str, Any]:
+def patch_answer(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The response fields that carry a JSON patch (base64, as the API server wants it)."""
     return {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
 
 
@@ -96,17 +98,17 @@ class MigrationWebhook:
         pod = review.get("object") or {}
         kind = (review.get("kind") or {}).get("kind")
         if kind not in (None, "Pod") or review.get("operation", "CREATE") != "CREATE":
-            return _review(uid, True)
+            return review_answer(uid, True)
         namespace = review.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
         if not opted_in(pod, await self._namespace_labels(namespace)):
-            return _review(uid, True)
+            return review_answer(uid, True)
         migration = plan_migration(pod, self.backends)
         if not migration.needed:
-            return _review(uid, True)
+            return review_answer(uid, True)
         if not migration.translatable:
             warnings = [f"not migrated to DRA: {problem}" for problem in migration.problems]
             log.info("pod not migrated", extra={"namespace": namespace, "reasons": warnings})
-            return _review(uid, True, warnings=warnings)
+            return review_answer(uid, True, warnings=warnings)
         spec = build_claim_spec(migration)
         name = template_name(spec)
         try:
@@ -114,7 +116,7 @@ class MigrationWebhook:
                 await self._ensure_template(namespace, spec)
         except ApiError as error:
             message = f"vgpu.hami.io/migrate: cannot write ResourceClaimTemplate {name}: {error}"
-            return _review(
+            return review_answer(
                 uid, False, status={"code": 503, "reason": "ServiceUnavailable", "message": message}
             )
         migrated = build_migrated_pod(
@@ -128,7 +130,7 @@ class MigrationWebhook:
                 "value": migrated["metadata"]["annotations"],
             },
         ]
-        return _review(uid, True, **_patch(ops))
+        return review_answer(uid, True, **patch_answer(ops))
 
     async def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
         try:
