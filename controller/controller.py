@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.allocation import build_allocation
+from controller.allocation_gate import ALLOCATION_GATE, gate_names
 from controller.allocation_writer import AllocationWriter
 from controller.burst_end import BurstEnd
 from controller.claim_writes import (
@@ -261,6 +262,8 @@ class Controller:
         if not unallocated:
             self.queue.pop_first_try(key)
             if not self._reserve(key, pod, ours):
+                if ALLOCATION_GATE in gate_names(pod):
+                    self.writer.spawn(self.writer.release_gate(key), f"release gate {key}")
                 self.sweeper.check_moved(key, pod, ours)
             return
         if any(c["metadata"].get("deletionTimestamp") for c in unallocated):

@@ -100,3 +100,21 @@ async def test_a_pod_kueue_holds_too_is_left_alone_until_kueues_gate_goes(tmp_pa
     assert held == ([ALLOCATION_GATE, KUEUE], {})
     assert still_held == [ALLOCATION_GATE]
     assert claim["status"]["allocation"] and reserved_names(claim) == ["queued"]
+
+
+async def test_a_gate_whose_removal_failed_is_removed_once_the_claims_are_reserved(
+    tmp_path: Path,
+) -> None:
+    """The claims are written and reserved, then the removal meets a 500: the retry finds
+    nothing to allocate or reserve, and must still take the gate off (as after a restart
+    between the writes and the removal)."""
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1)
+        c.server.faults.fail(f"{PODS}/job$", verb="PATCH", status=500, times=1)
+        await c.add_pod_with_claim("job", WHOLE, schedulingGates=[{"name": ALLOCATION_GATE}])
+        async with controller(c.client):
+            await wait_ungated(c, "job")
+        claim = await stored_claim(c, "job-claim")
+    assert c.server.faults.count(f"{PODS}/job$", verb="PATCH") == 2
+    assert reserved_names(claim) == ["job"]
