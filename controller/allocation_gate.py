@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
+from dra_driver.objects.pod_scheduling import scheduling_gate_names
+
 ALLOCATION_GATE = "vgpu.hami.io/allocation"
 """The scheduling gate admission sets and only the controller removes."""
 
@@ -46,14 +48,10 @@ def names_class(claim_spec: Mapping[str, Any], classes: Collection[str]) -> bool
     return False
 
 
-def gate_names(pod: Mapping[str, Any]) -> list[str]:
-    return [str(g.get("name")) for g in (pod.get("spec") or {}).get("schedulingGates") or []]
-
-
 def blocking_gates(pod: Mapping[str, Any]) -> list[str]:
     """The pod's gates that keep the controller off it: all but ours, which it removes
     itself once its allocation is written."""
-    return [name for name in gate_names(pod) if name != ALLOCATION_GATE]
+    return [name for name in scheduling_gate_names(pod) if name != ALLOCATION_GATE]
 
 
 def needs_gate(
@@ -64,7 +62,7 @@ def needs_gate(
     """Whether admission should add our gate to a pod being created, given the specs
     of the claims and templates its `spec.resourceClaims` name (None for one that
     cannot be read: not ours, so the pod goes the ungated way)."""
-    if (pod.get("spec") or {}).get("nodeName") or ALLOCATION_GATE in gate_names(pod):
+    if (pod.get("spec") or {}).get("nodeName") or ALLOCATION_GATE in scheduling_gate_names(pod):
         return False
     return any(spec is not None and names_class(spec, classes) for spec in claim_specs)
 
@@ -87,7 +85,7 @@ def gate_removal(
     pod's only gate and each of the pod's claims (None: not made or not seen yet) of
     our classes is allocated and reserved for the pod. Claims of other classes are
     kube-scheduler's to allocate once the pod is ungated."""
-    gates = gate_names(pod)
+    gates = scheduling_gate_names(pod)
     if gates != [ALLOCATION_GATE] or pod["metadata"].get("deletionTimestamp"):
         return None
     uid = pod["metadata"].get("uid")

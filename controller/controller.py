@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.allocation import build_allocation
-from controller.allocation_gate import ALLOCATION_GATE, gate_names
+from controller.allocation_gate import ALLOCATION_GATE
 from controller.allocation_writer import AllocationWriter
 from controller.burst_end import BurstEnd
 from controller.claim_writes import (
@@ -74,6 +74,7 @@ from dra_driver.kube.rest import KubeClient
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
 from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.pod_scheduling import scheduling_gate_names
 from dra_driver.process.runtime import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -262,7 +263,7 @@ class Controller:
         if not unallocated:
             self.queue.pop_first_try(key)
             if not self._reserve(key, pod, ours):
-                if ALLOCATION_GATE in gate_names(pod):
+                if ALLOCATION_GATE in scheduling_gate_names(pod):
                     self.writer.spawn(self.writer.release_gate(key), f"release gate {key}")
                 self.sweeper.check_moved(key, pod, ours)
             return

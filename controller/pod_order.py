@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from dra_driver.objects.pod_scheduling import pod_priority
+
 
 class QueueRank(NamedTuple):
     """Where a pod stands in the queue before arrival breaks a tie: higher `priority`
@@ -45,11 +47,7 @@ def queue_rank(obj: Mapping[str, Any] | None) -> QueueRank:
     """A pod's rank (any object's: a standalone claim has no priority, so 0)."""
     if obj is None:
         return NO_RANK
-    priority = (obj.get("spec") or {}).get("priority")
-    return QueueRank(
-        priority if isinstance(priority, int) else 0,
-        str(obj["metadata"].get("creationTimestamp") or ""),
-    )
+    return QueueRank(pod_priority(obj), str(obj["metadata"].get("creationTimestamp") or ""))
 
 
 def sort_key(rank: QueueRank, arrival: int) -> tuple[int, str, int]:

@@ -40,6 +40,7 @@ from controller.legacy.pod_usage import PodAllocation, is_terminated, pod_uid
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.requests import PodRequest
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.pod_scheduling import pod_priority
 from dra_driver.objects.pod_workloads import pod_request
 
 NEVER = "Never"
@@ -112,16 +113,11 @@ def preempt_answer(victims: Mapping[str, tuple[list[str], int]]) -> dict[str, An
     }
 
 
-def priority_of(pod: Mapping[str, Any]) -> int:
-    priority = (pod.get("spec") or {}).get("priority")
-    return priority if isinstance(priority, int) else 0
-
-
 def _importance(pod: Mapping[str, Any]) -> tuple[int, str, str]:
     """Most important first: higher priority, then earlier start (kube-scheduler's
     MoreImportantPod), then the UID so that the answer never depends on map order."""
     start = (pod.get("status") or {}).get("startTime") or NOT_STARTED
-    return -priority_of(pod), str(start), pod_uid(pod)
+    return -pod_priority(pod), str(start), pod_uid(pod)
 
 
 class Preemption:
@@ -135,7 +131,7 @@ class Preemption:
         if (pod.get("spec") or {}).get("preemptionPolicy") == NEVER:
             return preempt_answer({})
         request = pod_request(pod, self.state.vendors, admission_defaults=False)
-        ceiling = priority_of(pod)
+        ceiling = pod_priority(pod)
         answer: dict[str, tuple[list[str], int]] = {}
         async with self.state.lock:
             pods = {pod_uid(p): p for p in self.state.pods.store.values()}
@@ -144,7 +140,7 @@ class Preemption:
                 kept = [
                     uid
                     for uid in proposed.uids
-                    if uid in known and priority_of(known[uid]) < ceiling
+                    if uid in known and pod_priority(known[uid]) < ceiling
                 ]
                 added = self._added_victims(request, pod_uid(pod), node, kept, ceiling, pods)
                 if added is None or not kept + added:
@@ -206,7 +202,7 @@ def _removable(pod: Mapping[str, Any], node: str, ceiling: int) -> bool:
         (pod.get("spec") or {}).get("nodeName") == node
         and not metadata.get("deletionTimestamp")
         and not is_terminated(pod)
-        and priority_of(pod) < ceiling
+        and pod_priority(pod) < ceiling
     )
 
 

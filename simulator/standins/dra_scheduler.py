@@ -57,6 +57,7 @@ from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.node_predicates import dra_extended_resources, pod_resource_requests
 from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.pod_scheduling import pod_priority, scheduling_gate_names
 from simulator.standins.dra_allocator import (
     Pick,
     build_allocation,
@@ -69,8 +70,6 @@ from simulator.standins.dra_scheduler_api import SchedulerAPI, api_message
 from simulator.standins.dra_scheduler_cache import (
     SchedulerCache,
     key_of,
-    pod_priority,
-    scheduling_gates,
 )
 from simulator.standins.dra_scheduler_queue import SchedulingQueue
 from simulator.standins.node_fit import (
@@ -225,7 +224,7 @@ class DRAScheduler:
                 if (
                     pod is None
                     or not cache.pending(pod)
-                    or scheduling_gates(pod)
+                    or scheduling_gate_names(pod)
                     or cache.assumed(key)
                 ):
                     queue.done(key)
@@ -296,7 +295,7 @@ class DRAScheduler:
         cache.apply("pods", "MODIFIED", pod)
         if not cache.pending(pod):
             return SchedulingOutcome((pod.get("spec") or {}).get("nodeName"))
-        if gates := scheduling_gates(pod):
+        if gates := scheduling_gate_names(pod):
             return SchedulingOutcome(None, PRE_ENQUEUE, GATED_MESSAGE.format(" ".join(gates)))
         decision = self._cycle(cache, pod)
         if isinstance(decision, _Placement):

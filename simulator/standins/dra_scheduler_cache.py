@@ -21,6 +21,7 @@ from typing import Any
 
 from dra_driver.objects.node_predicates import pod_resource_requests
 from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.pod_scheduling import scheduling_gate_names
 from simulator.standins.node_fit import NodeInfo
 
 PodWake = Callable[[str], None]
@@ -33,17 +34,6 @@ def key_of(obj: Mapping[str, Any]) -> str:
     metadata = obj["metadata"]
     namespace = metadata.get("namespace")
     return f"{namespace}/{metadata['name']}" if namespace else str(metadata["name"])
-
-
-def scheduling_gates(pod: Mapping[str, Any]) -> list[str]:
-    """The gates that keep the pod out of the queue (SchedulingGates' PreEnqueue)."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return [str(gate.get("name")) for gate in gates if isinstance(gate, dict)]
-
-
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """`spec.priority` as the Priority admission plugin set it (0 when absent)."""
-    return int((pod.get("spec") or {}).get("priority") or 0)
 
 
 def _filter_view(node: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -208,7 +198,7 @@ class SchedulerCache:
             self._place(key, spec["nodeName"], pod_resource_requests(pod))
         elif spec.get("nodeName"):
             self._unplace(key)
-        if not self.pending(pod) or scheduling_gates(pod):
+        if not self.pending(pod) or scheduling_gate_names(pod):
             self.parked.discard(key)
             return
         if old is None or key not in self.parked or self._claims_changed(old, pod):
