@@ -14,15 +14,19 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+from controller.legacy.command import add_webhook_serving_args
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 from dra_driver.cli.registration import Subcommands
 from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
 
 if TYPE_CHECKING:
+    from controller.gate_webhook import GateWebhookSettings
     from controller.service import ServiceSettings
 
 DEFAULT_METRICS_PORT = 9395
 """HAMi's scheduler serves its metrics on :9395."""
+DEFAULT_WEBHOOK_PORT = 8443
+"""The allocation-gate webhook's HTTPS port, the legacy scheduler's too."""
 LEASE_NAME = "vgpu-hami-io-controller"
 """The leader-election Lease by default; deploy/'s lease-holder policy binds it as its param."""
 
@@ -79,6 +83,16 @@ def register(commands: Subcommands) -> None:
         default=DEFAULT_METRICS_PORT,
         help="Prometheus /metrics port; 0 disables it",
     )
+    parser.add_argument("--webhook-host", env="WEBHOOK_HOST", default="0.0.0.0")
+    parser.add_argument(
+        "--webhook-port",
+        type=int,
+        env="WEBHOOK_PORT",
+        default=DEFAULT_WEBHOOK_PORT,
+        help="HTTPS port of the allocation-gate webhook (/allocation-gate), served on every "
+        "replica once --tls-cert and --tls-key are given",
+    )
+    add_webhook_serving_args(parser, "/allocation-gate")
     add_process_args(parser)
     parser.set_defaults(handler=_run)
 
@@ -111,7 +125,32 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
         ),
         leader=leader,
         metrics_address=(args.metrics_host, args.metrics_port) if args.metrics_port else None,
+        gate_webhook=gate_webhook_from_args(args),
     )
+
+
+def gate_webhook_from_args(args: argparse.Namespace) -> GateWebhookSettings | None:
+    """The webhook's settings, checked (a bad flag is an InvalidParameterError naming it);
+    None without TLS: the API server calls webhooks over HTTPS only."""
+    from controller.gate_webhook import GateWebhookSettings
+    from controller.legacy.caller_auth import ALLOCATION_GATE_PATH
+    from controller.legacy.command import caller_auth_from_args, require_webhook_callers
+    from controller.legacy.server import ServeSettings
+
+    serve = ServeSettings(
+        host=args.webhook_host,
+        port=args.webhook_port,
+        extender=False,
+        webhook=False,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        client_cas=tuple(args.client_ca_file or ()),
+    )
+    if serve.ssl_context() is None:
+        return None
+    caller_auth = caller_auth_from_args(args)
+    require_webhook_callers(caller_auth, ALLOCATION_GATE_PATH)
+    return GateWebhookSettings(serve, caller_auth)
 
 
 def _run(args: argparse.Namespace) -> int:

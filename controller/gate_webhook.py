@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -109,6 +110,17 @@ class AllocationGateWebhook:
             return None
         spec = found.get("spec") or {}
         return (spec.get("spec") or {}) if kind == "resourceclaimtemplates" else spec
+
+
+@dataclass(frozen=True, slots=True)
+class GateWebhookSettings:
+    """How `dra-driver controller` serves the webhook (`--tls-cert`, `--webhook-port`, ...).
+
+    Every replica serves it, leader or not: the API server sends admission to any
+    endpoint of the Service, and the answer needs no leadership (it reads, never writes)."""
+
+    serve: ServeSettings
+    caller_auth: CallerAuthSettings = field(default_factory=CallerAuthSettings)
 
 
 class GateWebhookServer:

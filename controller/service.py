@@ -1,5 +1,9 @@
 """`dra-driver controller` as a process: check the API, elect a leader, serve metrics, allocate.
 
+The allocation-gate webhook (controller/gate_webhook.py), when configured, is served
+beside the metrics from the start, on every replica: the API server calls any
+endpoint of its Service, and the webhook only reads.
+
 At start the controller waits for the API server while it does not answer
 (`dra_driver.kube.api_wait`: logged, and /readyz says so), then checks that it
 offers what the controller needs and refuses to run, with a message that says
@@ -35,6 +39,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.cluster_view import SLICES
 from controller.controller import Controller
+from controller.gate_webhook import GateWebhookServer, GateWebhookSettings
 from controller.metrics import ControllerMetrics
 from controller.settings import ControllerSettings
 from dra_driver.errors import DriverError
@@ -77,6 +82,8 @@ class ServiceSettings:
     """None: no leader election (a single replica, or tests)."""
 
     metrics_address: tuple[str, int] | None = None
+    gate_webhook: GateWebhookSettings | None = None
+    """None: no /allocation-gate (no `--tls-cert`); else served on every replica."""
 
 
 async def check_api(client: KubeClient) -> None:
@@ -157,9 +164,21 @@ async def run_controller(
         if settings.metrics_address
         else None
     )
+    webhook = (
+        GateWebhookServer(
+            client,
+            settings.controller.device_classes,
+            settings.gate_webhook.serve,
+            settings.gate_webhook.caller_auth,
+        )
+        if settings.gate_webhook
+        else None
+    )
     try:
         if server is not None:
             await server.start()
+        if webhook is not None:
+            await webhook.start()
         checked = api_wait.until_reachable(
             lambda: check_cluster(client, settings.controller.driver)
         )
@@ -195,6 +214,8 @@ async def run_controller(
         with contextlib.suppress(asyncio.CancelledError):
             await worker
     finally:
+        if webhook is not None:
+            await webhook.aclose()
         if server is not None:
             await server.aclose()
         await recorder.aclose()

@@ -26,7 +26,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
+from dra_driver.cli.args import EnvArgumentParser, add_process_args, add_scheduler_policy_args
 from dra_driver.cli.registration import Subcommands
 
 VENDOR_FLAGS = ("enable-ascend", "enable-iluvatar")
@@ -34,7 +34,7 @@ VENDOR_FLAGS = ("enable-ascend", "enable-iluvatar")
 (`dra_driver.engine.vendor_backends.registry.ENABLE_FLAGS`), so the two stay equal."""
 
 if TYPE_CHECKING:
-    from controller.legacy.config import LegacySettings
+    from controller.legacy.config import CallerAuthSettings, LegacySettings
     from controller.legacy.server import ServeSettings
 
 
@@ -79,51 +79,13 @@ def _register_role(commands: Subcommands, name: str) -> None:
     )
     parser.add_argument("--host", env="LEGACY_HOST", default="0.0.0.0")
     parser.add_argument("--port", type=int, env="LEGACY_PORT", default=8080)
-    parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
-    parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
-    parser.add_argument(
-        "--client-ca-file",
-        type=Path,
-        action="append",
-        env="CLIENT_CA_FILE",
-        help="CA file of client certificates that identify callers (repeatable: the CA of "
-        "kube-scheduler's, the cluster's for the API server's)",
-    )
+    add_webhook_serving_args(parser, "/webhook")
     parser.add_argument(
         "--allowed-callers",
         env="ALLOWED_CALLERS",
         default="",
         help="comma-separated usernames (TokenReview) and certificate CNs let into "
         "/filter, /bind and /preempt (kube-scheduler's)",
-    )
-    parser.add_argument(
-        "--allowed-webhook-callers",
-        env="ALLOWED_WEBHOOK_CALLERS",
-        default="",
-        help="comma-separated usernames and certificate CNs let into /webhook (the API "
-        "server's admission client)",
-    )
-    parser.add_argument(
-        "--open-webhook",
-        action=argparse.BooleanOptionalAction,
-        env="OPEN_WEBHOOK",
-        default=False,
-        help="answer /webhook for any caller, for API servers that send no client "
-        "certificate (managed clusters); /filter, /bind and /preempt stay authenticated",
-    )
-    parser.add_argument(
-        "--authenticate-callers",
-        action=argparse.BooleanOptionalAction,
-        env="AUTHENTICATE_CALLERS",
-        default=True,
-        help="refuse unauthenticated (401) and not-allowed (403) callers; off only on loopback",
-    )
-    parser.add_argument(
-        "--token-review-ttl",
-        type=float,
-        env="TOKEN_REVIEW_TTL_SECONDS",
-        default=10.0,
-        help="seconds a TokenReview answer is reused",
     )
     parser.add_argument(
         "--enforcement-opt-out-namespaces",
@@ -184,6 +146,51 @@ def _register_role(commands: Subcommands, name: str) -> None:
     parser.set_defaults(handler=run_legacy, extender=role.extender, webhook=role.webhook)
 
 
+def add_webhook_serving_args(parser: EnvArgumentParser, webhook_path: str) -> None:
+    """TLS and caller flags of a server the API server's admission client calls: the legacy
+    scheduler's /webhook and the DRA controller's /allocation-gate take the same names and
+    environment variables."""
+    parser.add_argument("--tls-cert", type=Path, env="TLS_CERT", help="serving certificate")
+    parser.add_argument("--tls-key", type=Path, env="TLS_KEY", help="its private key")
+    parser.add_argument(
+        "--client-ca-file",
+        type=Path,
+        action="append",
+        env="CLIENT_CA_FILE",
+        help="CA file of client certificates that identify callers (repeatable: the CA of "
+        "kube-scheduler's, the cluster's for the API server's)",
+    )
+    parser.add_argument(
+        "--allowed-webhook-callers",
+        env="ALLOWED_WEBHOOK_CALLERS",
+        default="",
+        help=f"comma-separated usernames and certificate CNs let into {webhook_path} (the API "
+        "server's admission client)",
+    )
+    parser.add_argument(
+        "--open-webhook",
+        action=argparse.BooleanOptionalAction,
+        env="OPEN_WEBHOOK",
+        default=False,
+        help=f"answer {webhook_path} for any caller, for API servers that send no client "
+        "certificate (managed clusters); every other guarded path stays authenticated",
+    )
+    parser.add_argument(
+        "--authenticate-callers",
+        action=argparse.BooleanOptionalAction,
+        env="AUTHENTICATE_CALLERS",
+        default=True,
+        help="refuse unauthenticated (401) and not-allowed (403) callers; off only on loopback",
+    )
+    parser.add_argument(
+        "--token-review-ttl",
+        type=float,
+        env="TOKEN_REVIEW_TTL_SECONDS",
+        default=10.0,
+        help="seconds a TokenReview answer is reused",
+    )
+
+
 def run_legacy(args: argparse.Namespace) -> int:
     """Build the settings from the flags and serve until SIGINT/SIGTERM."""
     from controller.legacy.server import serve_legacy
@@ -197,7 +204,7 @@ def run_legacy(args: argparse.Namespace) -> int:
 def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeSettings]:
     """The extender's and webhook's settings and how they are served, checked: a bad flag
     is an InvalidParameterError naming it, before anything starts."""
-    from controller.legacy.config import CallerAuthSettings, LegacySettings, load_device_config
+    from controller.legacy.config import LegacySettings, load_device_config
     from controller.legacy.server import ServeSettings
     from dra_driver.engine.engine import EngineSettings
     from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
@@ -209,10 +216,8 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         raise InvalidParameterError("--node-lock-timeout", "must be a positive number of seconds")
     if args.node_lock_retry_timeout < 0:
         raise InvalidParameterError("--node-lock-retry-timeout", "must be 0 or more seconds")
-    if args.token_review_ttl < 0:
-        raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
-    allowed = _names(args.allowed_callers)
-    allowed_webhook = _names(args.allowed_webhook_callers)
+    allowed = comma_names(args.allowed_callers)
+    caller_auth = caller_auth_from_args(args, allowed)
     settings = LegacySettings(
         device_config=load_device_config(args.device_config_file),
         scheduler_name=args.scheduler_name,
@@ -223,18 +228,12 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         node_lock_retry_timeout=timedelta(seconds=args.node_lock_retry_timeout),
         force_overwrite_default_scheduler=args.force_overwrite_default_scheduler,
         node_label_selector=args.node_label_selector,
-        enforcement_opt_out_namespaces=_names(args.enforcement_opt_out_namespaces),
+        enforcement_opt_out_namespaces=comma_names(args.enforcement_opt_out_namespaces),
         mixed_mode=args.mixed_mode,
         enabled_vendor_flags=frozenset(
             flag for flag in VENDOR_FLAGS if getattr(args, flag.replace("-", "_"))
         ),
-        caller_auth=CallerAuthSettings(
-            enabled=args.authenticate_callers,
-            allowed_callers=allowed,
-            allowed_webhook_callers=allowed_webhook,
-            open_webhook=args.open_webhook,
-            token_review_ttl=timedelta(seconds=args.token_review_ttl),
-        ),
+        caller_auth=caller_auth,
     )
     serve = ServeSettings(
         host=args.host,
@@ -246,31 +245,52 @@ def settings_from_args(args: argparse.Namespace) -> tuple[LegacySettings, ServeS
         client_cas=tuple(args.client_ca_file or ()),
     )
     serve.ssl_context()
-    if args.authenticate_callers:
-        _require_callers(args, allowed, allowed_webhook)
-    return settings, serve
-
-
-def _require_callers(
-    args: argparse.Namespace, allowed: frozenset[str], allowed_webhook: frozenset[str]
-) -> None:
-    """Refuse to start where every call to a served path would be refused."""
-    from dra_driver.errors import InvalidParameterError
-
-    if args.extender and not allowed:
+    if args.extender and args.authenticate_callers and not allowed:
         raise InvalidParameterError(
             "--allowed-callers",
             "empty: every /filter, /bind and /preempt would be refused "
             "(or --no-authenticate-callers)",
         )
-    if args.webhook and not args.open_webhook and not allowed_webhook:
+    if args.webhook:
+        require_webhook_callers(caller_auth, "/webhook")
+    return settings, serve
+
+
+def caller_auth_from_args(
+    args: argparse.Namespace, allowed_callers: frozenset[str] = frozenset()
+) -> CallerAuthSettings:
+    """Who may call, from `add_webhook_serving_args`' flags; `allowed_callers` are the
+    extender's (kube-scheduler's), none where no extender is served."""
+    from controller.legacy.config import CallerAuthSettings
+    from dra_driver.errors import InvalidParameterError
+
+    if args.token_review_ttl < 0:
+        raise InvalidParameterError("--token-review-ttl", "must be 0 or more seconds")
+    return CallerAuthSettings(
+        enabled=args.authenticate_callers,
+        allowed_callers=allowed_callers,
+        allowed_webhook_callers=comma_names(args.allowed_webhook_callers),
+        open_webhook=args.open_webhook,
+        token_review_ttl=timedelta(seconds=args.token_review_ttl),
+    )
+
+
+def require_webhook_callers(caller_auth: CallerAuthSettings, path: str) -> None:
+    """Refuse to start where every call to the served webhook `path` would be refused."""
+    from dra_driver.errors import InvalidParameterError
+
+    if (
+        caller_auth.enabled
+        and not caller_auth.open_webhook
+        and not caller_auth.allowed_webhook_callers
+    ):
         raise InvalidParameterError(
             "--allowed-webhook-callers",
-            "empty: every /webhook would be refused (or --open-webhook, where the API "
+            f"empty: every {path} would be refused (or --open-webhook, where the API "
             "server sends no client certificate)",
         )
 
 
-def _names(value: str) -> frozenset[str]:
+def comma_names(value: str) -> frozenset[str]:
     """A comma-separated flag value as a set of names; blanks between commas are ignored."""
     return frozenset(name.strip() for name in value.split(",") if name.strip())
