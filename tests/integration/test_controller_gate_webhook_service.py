@@ -96,17 +96,21 @@ async def test_a_replica_that_does_not_lead_serves_the_gate_webhook_over_tls(
         stop.set()
 
     async with APIServer() as server:
-        client = await KubeClient.from_kubeconfig(server.write_kubeconfig(tmp_path / "k"))
+        kubeconfig = server.write_kubeconfig(tmp_path / "k")
+        admin = await KubeClient.from_kubeconfig(kubeconfig)
+        # The controller's User-Agent: the RBAC audit sees the webhook's reads as its own.
+        client = await KubeClient.from_kubeconfig(kubeconfig, component="controller")
         try:
-            await seed(client)
+            await seed(admin)
             server.faults.fail(RESOURCE_V1, verb="GET", status=503, times=10**6)
             pauses = Pauses(admit_while_waiting)
             await run_controller(client, settings, stop, api_wait=pauses.api_wait("controller"))
-            lease = await client.get(
+            lease = await admin.get(
                 f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{LEASE}"
             )
         finally:
             await client.aclose()
+            await admin.aclose()
     (outcome,) = outcomes
     assert outcome.allowed and outcome.object is not None
     assert outcome.object["spec"]["schedulingGates"] == [{"name": ALLOCATION_GATE}]
