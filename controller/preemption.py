@@ -25,6 +25,17 @@ or a legacy pod's hold) frees only when every pod reserving it is removed, so
 a claim shared with a pod that stays, or with a pod this view does not know,
 frees nothing. Giving back a pod that frees nothing is kept without a fit.
 
+One shortcut keeps the reprieve loop cheap without changing an answer
+(`_NodeTrial.keeps_fit`): HAMi's standard Fit walks the devices in policy order
+and takes the first that can host each request, judging each device by its own
+usage alone. So when a given-back pod's shares lie only on devices the last
+fit's placement does not use, and leave each of them unable to host any of the
+pod's requests (the engine's `could_fit` headroom test fails), the engine would
+take the same placement again and is not asked. Where a device's place in the
+walk matters beyond that (NUMA binding, the topology-aware policy, a vendor
+with its own Fit or slot charge) or the namespace quota the pod is charged to
+changes, the engine is asked.
+
 What is not here: node predicates (the caller passes the nodes that pass them),
 capacity held for nominated pods, and every write (`nominatedNodeName`, the
 DisruptionTarget condition, the deletion, events).
@@ -36,13 +47,16 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controller.decide import NoFit, decide_pod
+from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.inventory import Inventory, claim_usage, device_vendor
 from controller.object_state import reservations_of
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine
-from dra_driver.engine.model import DeviceUsage
+from dra_driver.engine.fit import FULL_CARD_CORES
+from dra_driver.engine.model import Device, DeviceUsage
+from dra_driver.engine.policy import parse_gpu_policy
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
+from dra_driver.engine.requests import DeviceRequest
 from dra_driver.engine.vendors import VendorRegistry
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
@@ -281,11 +295,18 @@ class _NodeTrial:
         self._preemptor = preemptor
         self._inventory = inventory
         self._quota = engine.quota
+        self._settings_policy = engine.settings.gpu_policy
+        self._namespace = preemptor.variants[0].request.namespace if preemptor.variants else ""
         self._usage = {
             slot.device.id: DeviceUsage(slot.used, slot.memory, slot.cores, slot.tags)
             for slot in state.slots
         }
         self._fitting = self._usage
+        self._devices = {device.id: device for device in state.node.devices}
+        self._placed: frozenset[str] = frozenset()
+        """The devices of the last fit's placement."""
+        self._hosted: tuple[DeviceRequest, ...] | None = None
+        """The last fit's requests when the shortcut may judge a give-back, else None."""
         self._engine = Engine(
             [state.node], settings=engine.settings, vendors=engine.vendors, quota=engine.quota
         )
@@ -299,11 +320,38 @@ class _NodeTrial:
         """`refusal(freed)` when the last fit freed `freed` and `back` too: only the
         devices `back` holds are charged again."""
         usage = dict(self._fitting)
+        touched: set[str] = set()
         for share in back:
             for uuid, amount in share.usage.items():
                 if uuid in usage:
                     usage[uuid] = usage[uuid].plus(amount)
+                    touched.add(uuid)
+        if self.keeps_fit(back, touched, usage):
+            self._fitting = usage
+            return None
         return self._judge(usage, freed)
+
+    def keeps_fit(
+        self, back: Iterable[Share], touched: Collection[str], usage: Mapping[str, DeviceUsage]
+    ) -> bool:
+        """Whether the last fit's placement is what the engine would take again with
+        `back` charged (module docstring): the devices `back` touches are outside it
+        and cannot host any of the pod's requests, and the pod's quota is unchanged."""
+        hosted = self._hosted
+        if hosted is None or not self._placed.isdisjoint(touched):
+            return False
+        quota = self._quota
+        if quota is not None and any(
+            (namespace, vendor) in quota.quotas and namespace == self._namespace
+            for share in back
+            for namespace, vendor, _memory, _cores in share.quota_use
+        ):
+            return False
+        return not any(
+            could_host(self._devices[uuid], usage[uuid], request)
+            for uuid in touched
+            for request in hosted
+        )
 
     def _judge(self, usage: dict[str, DeviceUsage], freed: Collection[Share]) -> str | None:
         self._engine.set_usage(self.node, usage)
@@ -314,7 +362,43 @@ class _NodeTrial:
         if isinstance(outcome, NoFit):
             return outcome.reasons.get(self.node, NO_VICTIMS)
         self._fitting = usage
+        self._placed = frozenset(
+            grant.uuid for container in outcome.placement.containers for grant in container
+        )
+        self._hosted = self._walked_alone(outcome)
         return None
+
+    def _walked_alone(self, outcome: PodAllocation) -> tuple[DeviceRequest, ...] | None:
+        """The placement's requests when HAMi's standard Fit judges each of their
+        devices by its own usage alone, else None (the shortcut does not apply)."""
+        pod = outcome.variant.request
+        policy = parse_gpu_policy(pod.gpu_policy or self._settings_policy)
+        requests = tuple(
+            request
+            for container in pod.all_containers
+            for request in container
+            if request.count > 0
+        )
+        vendors = self._engine.vendors
+        for request in requests:
+            vendor = vendors.get(request.vendor)
+            if request.filters.numa_bind or vendor.fit is not None or vendor.charge_slots:
+                return None
+            if policy.topology and vendor.topology_aware:
+                return None
+        return requests
+
+
+def could_host(device: Device, usage: DeviceUsage, request: DeviceRequest) -> bool:
+    """The engine's `could_fit` headroom test for one device: a free slot, and the
+    memory and cores the request takes there. A device that fails it is skipped by
+    HAMi's standard Fit whatever its place in the walk."""
+    return (
+        device.healthy
+        and usage.used < device.count
+        and device.cores - usage.cores >= min(request.cores, FULL_CARD_CORES)
+        and device.memory_mib - usage.memory_mib >= request.memory_on(device.memory_mib)
+    )
 
 
 def usage_without(
