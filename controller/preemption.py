@@ -31,7 +31,10 @@ and takes the first that can host each request, judging each device by its own
 usage alone. So when a given-back pod's shares lie only on devices the last
 fit's placement does not use, and leave each of them unable to host any of the
 pod's requests (the engine's `could_fit` headroom test fails), the engine would
-take the same placement again and is not asked. Where a device's place in the
+take the same placement again and is not asked. Under the spread order (least
+used first, HAMi's default) that holds even when they could host: such a device
+was walked after the placement (or could not host it then) and its added usage
+only moves it further back. Where a device's place in the
 walk matters beyond that (NUMA binding, the topology-aware policy, a vendor
 with its own Fit or slot charge) or the namespace quota the pod is charged to
 changes, the engine is asked.
@@ -307,6 +310,8 @@ class _NodeTrial:
         """The devices of the last fit's placement."""
         self._hosted: tuple[DeviceRequest, ...] | None = None
         """The last fit's requests when the shortcut may judge a give-back, else None."""
+        self._spread = False
+        """The last fit walked its devices least used first (HAMi's plain spread order)."""
         self._engine = Engine(
             [state.node], settings=engine.settings, vendors=engine.vendors, quota=engine.quota
         )
@@ -336,7 +341,10 @@ class _NodeTrial:
     ) -> bool:
         """Whether the last fit's placement is what the engine would take again with
         `back` charged (module docstring): the devices `back` touches are outside it
-        and cannot host any of the pod's requests, and the pod's quota is unchanged."""
+        and the pod's quota is unchanged; and either the walk goes least used first
+        (a device outside the placement was walked after it or could not host the
+        pod, and only moves further back as its usage grows) or the touched devices
+        cannot host any of the pod's requests."""
         hosted = self._hosted
         if hosted is None or not self._placed.isdisjoint(touched):
             return False
@@ -347,7 +355,7 @@ class _NodeTrial:
             for namespace, vendor, _memory, _cores in share.quota_use
         ):
             return False
-        return not any(
+        return self._spread or not any(
             could_host(self._devices[uuid], usage[uuid], request)
             for uuid in touched
             for request in hosted
@@ -366,6 +374,14 @@ class _NodeTrial:
             grant.uuid for container in outcome.placement.containers for grant in container
         )
         self._hosted = self._walked_alone(outcome)
+        policy = parse_gpu_policy(outcome.variant.request.gpu_policy or self._settings_policy)
+        weights = outcome.variant.request.weights
+        self._spread = (
+            policy.chain is None
+            and not policy.binpack
+            and not policy.mutex_sort
+            and min(weights.slot, weights.core, weights.memory) >= 0
+        )
         return None
 
     def _walked_alone(self, outcome: PodAllocation) -> tuple[DeviceRequest, ...] | None:
