@@ -20,6 +20,7 @@ Served over TLS, with the same caller authentication as the legacy webhooks
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Collection, Mapping
@@ -38,9 +39,10 @@ from controller.migration.webhook import (
     patch_answer,
     review_answer,
 )
-from dra_driver.errors import InvalidParameterError
+from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient, object_path
 from dra_driver.objects.resource_api import RESOURCE_API
+from dra_driver.process.runtime import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,11 @@ class AllocationGateWebhook:
         return (spec.get("spec") or {}) if kind == "resourceclaimtemplates" else spec
 
 
+CERTIFICATE_POLL_S = 5.0
+"""How often a controller whose webhook certificate is not mounted yet looks again
+(kubelet fills an optional Secret volume once the Secret exists)."""
+
+
 @dataclass(frozen=True, slots=True)
 class GateWebhookSettings:
     """How `dra-driver controller` serves the webhook (`--tls-cert`, `--webhook-port`, ...).
@@ -121,6 +128,8 @@ class GateWebhookSettings:
 
     serve: ServeSettings
     caller_auth: CallerAuthSettings = field(default_factory=CallerAuthSettings)
+    certificate_poll_s: float = CERTIFICATE_POLL_S
+    """How often to look for a certificate not mounted yet (seconds)."""
 
 
 class GateWebhookServer:
@@ -158,6 +167,42 @@ class GateWebhookServer:
                 f"cannot listen on {self.serve.host}:{self.serve.port}: {error}",
             ) from error
         self.port = self._runner.addresses[0][1]
+
+    def _missing_files(self) -> list[str]:
+        files = (self.serve.tls_cert, self.serve.tls_key)
+        return [str(path) for path in files if path is not None and not path.exists()]
+
+    async def start_if_certified(self) -> bool:
+        """Start now if the certificate and key exist (False, nothing started, if not).
+        A certificate that cannot be served is logged, not raised: the webhook fails
+        open, and the allocator must not stop for it."""
+        if self._missing_files():
+            return False
+        try:
+            await self.start()
+        except (DriverError, OSError, ValueError) as error:
+            log.error(
+                "allocation-gate webhook not served: pods are created ungated",
+                extra={"error": str(error)},
+            )
+        else:
+            log.info("allocation-gate webhook serving", extra={"port": self.port})
+        return True
+
+    async def start_once_certified(
+        self, stop: asyncio.Event, poll_s: float = CERTIFICATE_POLL_S
+    ) -> None:
+        """Start as soon as the certificate and key files exist, or return when `stop` is
+        set first. Their Secret is mounted optional, so the allocator never waits for the
+        certs Job; until they appear the webhook is absent and, failing open, the API
+        server creates pods ungated (today's path)."""
+        log.warning(
+            "allocation-gate webhook waits for its certificate",
+            extra={"missing": self._missing_files()},
+        )
+        while not await self.start_if_certified():
+            if await wait_event(stop, poll_s):
+                return
 
     async def aclose(self) -> None:
         if self._runner is not None:

@@ -48,7 +48,7 @@ from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.leader import NO_FENCE, LeaderElector, LeaderSettings, WriteFence
 from dra_driver.kube.rest import KubeClient, NotFoundError, forget_request_urls
 from dra_driver.process.allocator import release_free_memory
-from dra_driver.process.runtime import finished_before_stop
+from dra_driver.process.runtime import cancel_and_wait, finished_before_stop
 from libvgpu.monitor import MetricsServer
 
 log = logging.getLogger(__name__)
@@ -174,11 +174,15 @@ async def run_controller(
         if settings.gate_webhook
         else None
     )
+    certified: asyncio.Task[None] | None = None
     try:
         if server is not None:
             await server.start()
-        if webhook is not None:
-            await webhook.start()
+        if webhook is not None and not await webhook.start_if_certified():
+            poll_s = settings.gate_webhook.certificate_poll_s
+            certified = asyncio.create_task(
+                webhook.start_once_certified(stop, poll_s), name="gate webhook"
+            )
         checked = api_wait.until_reachable(
             lambda: check_cluster(client, settings.controller.driver)
         )
@@ -215,6 +219,8 @@ async def run_controller(
             await worker
     finally:
         if webhook is not None:
+            if certified is not None:
+                await cancel_and_wait([certified])
             await webhook.aclose()
         if server is not None:
             await server.aclose()
