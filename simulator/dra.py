@@ -9,7 +9,10 @@ The mixed mode is the controller-allocated one with `--mixed-mode` on the
 controller and the NVIDIA nodes' plugins (`simulator.mixed` adds the legacy half).
 The controller runs as one replica without election; the Lease its election
 would write names it (`hold_controller_lease`), so deploy/'s lease-holder policy
-admits its claim writes as it admits a real leader's.
+admits its claim writes as it admits a real leader's. In the controller-allocated
+mode it also serves the allocation-gate webhook deploy/overlays/dra installs, and
+`DraCluster.admission` sends each pod the simulation creates through it
+(simulator.gate_admission); the mixed mode does not call it yet.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,11 @@ from dra_driver.process.runtime import cancel_and_wait
 from simulator.apiserver import APIServer
 from simulator.deviceclasses import device_classes
 from simulator.failures import ComponentError, failure_text, first_of, run_as
+from simulator.gate_admission import (
+    NoGateAdmission,
+    PodAdmission,
+    start_gate_admission,
+)
 from simulator.identities import (
     CONTROLLER,
     CONTROLLER_POD,
@@ -57,6 +66,8 @@ SCHEDULER_MAX_BACKOFF_S = 1.0
 CONTROLLER_RETRY_S = 0.2
 CONTROLLER_READY_S = 120.0
 """Longest wait for the controller's first sync (its informers list every node's slices)."""
+CONTROLLER_COMPONENT = "controller"
+"""Its User-Agent's component, as `dra-driver controller` sends it (the write audit's name)."""
 
 
 @dataclass
@@ -69,6 +80,8 @@ class DraCluster:
     identities: Identities
     nodes: list[SimNode] = field(default_factory=list)
     controller: Controller | None = None
+    admission: PodAdmission = field(default_factory=NoGateAdmission)
+    """What kube-apiserver's admission does to a pod before it is stored."""
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     """The components that run as tasks (kube-scheduler, the controller), named for them."""
 
@@ -126,6 +139,7 @@ async def dra_cluster(
         feed = PodFeed(client)
         templates = ClaimTemplateController(await identities.client(KUBE_CONTROLLER_MANAGER))
         recorder: EventRecorder | None = None
+        webhooks = AsyncExitStack()
         try:
             step("installing the admission policies")
             await run_as("simulate (admin)", install_policies(client, settings.mode.value))
@@ -168,20 +182,35 @@ async def dra_cluster(
             tasks.append(asyncio.create_task(scheduler.run(stop), name="kube-scheduler"))
             if controller_allocated:
                 step("starting the controller")
-                controller_client = await identities.client(CONTROLLER)
+                controller_client = (await identities.client(CONTROLLER)).for_component(
+                    CONTROLLER_COMPONENT
+                )
                 await run_as("controller", hold_controller_lease(client, controller_client))
                 recorder = EventRecorder(
                     controller_client, EventSettings(component="vgpu-dra-controller")
                 )
                 recorder.start()
+                controller_settings = ControllerSettings(
+                    gpu_policy=settings.gpu_policy,
+                    node_policy=settings.node_policy,
+                    retry_initial_s=CONTROLLER_RETRY_S,
+                    mixed_mode=mixed,
+                )
+                if not mixed:
+                    step("serving the allocation-gate webhook")
+                    cluster.admission = await run_as(
+                        "controller's allocation-gate webhook",
+                        start_gate_admission(
+                            webhooks,
+                            controller_client,
+                            controller_settings.device_classes,
+                            server.tokens,
+                            root / "allocation-gate",
+                        ),
+                    )
                 cluster.controller = Controller(
                     controller_client,
-                    ControllerSettings(
-                        gpu_policy=settings.gpu_policy,
-                        node_policy=settings.node_policy,
-                        retry_initial_s=CONTROLLER_RETRY_S,
-                        mixed_mode=mixed,
-                    ),
+                    controller_settings,
                     ControllerMetrics(CollectorRegistry()),
                     recorder,
                 )
@@ -197,6 +226,7 @@ async def dra_cluster(
         finally:
             stop.set()
             await cancel_and_wait(tasks)
+            await webhooks.aclose()
             if recorder is not None:
                 await recorder.aclose()
             await templates.aclose()

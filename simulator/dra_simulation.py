@@ -10,10 +10,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from controller.allocation_gate import blocking_gates
 from controller.object_state import STALE_CYCLE_MESSAGES
 from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.pod_claims import pod_claim_names
+from dra_driver.objects.pod_scheduling import scheduling_gate_names
 from dra_driver.status.command import StatusSettings, fetch_status
 from dra_driver.status.model import newest_warning
 from simulator.attempts import Call, Identity
@@ -32,6 +34,8 @@ from simulator.tamper import CallAnswer, PlacedPod, run_attempts
 from simulator.workloads import Scenario, apply_workloads
 
 SETTLE_POLL_S = 0.1
+SCHEDULING_GATED = "SchedulingGated"
+"""The PodScheduled reason of a pod created with gates (the pod strategy's)."""
 ADMIN_WORKLOADS = "simulate, applying the workloads as admin"
 ADMIN_WATCHING = "simulate, reading the pods as admin"
 ADMIN_STATUS = "simulate, reading the cluster status as admin"
@@ -54,13 +58,27 @@ def _reason(
     reason = reason or newest_warning(events, "ResourceClaim", namespace, set(claims))
     if reason:
         return reason
+    if scheduling_gate_names(pod):
+        # Held by the controller's own gate alone: it is on its way, like a stale cycle.
+        return gated_reason(pod) if blocking_gates(pod) or not controller_allocated else ""
     for condition in (pod.get("status") or {}).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            if condition.get("reason") == SCHEDULING_GATED:
+                # Written at creation; the gates have gone since, kube-scheduler is next.
+                return ""
             message = str(condition.get("message", ""))
             if controller_allocated and any(text in message for text in STALE_CYCLE_MESSAGES):
                 return ""
             return f"{condition.get('reason', '')}: {message}"
     return ""
+
+
+def gated_reason(pod: Mapping[str, Any]) -> str:
+    """Why a pod with scheduling gates waits, naming them (empty without gates)."""
+    gates = scheduling_gate_names(pod)
+    if not gates:
+        return ""
+    return f"{SCHEDULING_GATED}: the pod keeps its scheduling gates {', '.join(gates)}"
 
 
 def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
@@ -87,7 +105,13 @@ class DraTarget:
         client = await self.identities.client(identity)
         body = {**pod, "metadata": {**(pod.get("metadata") or {}), "namespace": namespace}}
         try:
-            await client.create(f"/api/v1/namespaces/{namespace}/pods", body)
+            admitted = await self.cluster.admission.admit(
+                body, namespace, self.identities.token(identity)
+            )
+        except InvalidParameterError as error:
+            return PlacedPod(refusal=error.reason)
+        try:
+            await client.create(f"/api/v1/namespaces/{namespace}/pods", admitted)
         except ApiError as error:
             return PlacedPod(refusal=error.message)
         key = (namespace, body["metadata"]["name"])
@@ -162,7 +186,17 @@ def pod_report(
     key = f"{metadata['namespace']}/{metadata['name']}"
     node = spec.get("nodeName") or ""
     phase = (pod.get("status") or {}).get("phase") or "Pending"
-    report = PodReport(metadata["namespace"], metadata["name"], node, phase, reason=reason)
+    report = PodReport(
+        metadata["namespace"],
+        metadata["name"],
+        node,
+        phase,
+        reason=reason or gated_reason(pod),
+        gates=scheduling_gate_names(pod),
+        created_gates=cluster.admission.created_gates.get(
+            (metadata["namespace"], metadata["name"]), []
+        ),
+    )
     prepared = next((n.pods.prepared.get(key) for n in cluster.nodes if n.name == node), None)
     if prepared is None:
         report.claims = {k: v for k, v in pod_claim_names(pod).items() if v}
@@ -188,7 +222,8 @@ async def simulate(
             workloads = scenario.workloads
             step(f"applying {len(workloads)} objects")
             await run_as(
-                ADMIN_WORKLOADS, apply_workloads(cluster.client, workloads, settings.namespace)
+                ADMIN_WORKLOADS,
+                apply_workloads(cluster.client, workloads, settings.namespace, cluster.admission),
             )
             names = {
                 (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"

@@ -78,6 +78,11 @@ class PodReport:
     pod_keys: dict[str, str] = field(default_factory=dict)
     """Legacy mode: the annotations the scheduler and the device plugin wrote on the pod
     (each vendor's pod keys, bind-phase, ...)."""
+    created_gates: list[str] = field(default_factory=list)
+    """DRA modes: the scheduling gates the pod was created with, admission's included
+    (the allocation gate where the controller allocates)."""
+    gates: list[str] = field(default_factory=list)
+    """DRA modes: the scheduling gates it still has at the end (none once scheduled)."""
 
 
 VERBATIM_FIELDS = frozenset({"containers", "pod_keys"})

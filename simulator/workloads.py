@@ -19,6 +19,7 @@ from dra_driver.objects.resource_api import RESOURCE_API
 from dra_driver.objects.yaml_files import read_yaml_documents
 from simulator import attempts
 from simulator.attempts import TamperAttempt
+from simulator.gate_admission import NoGateAdmission, PodAdmission
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +140,18 @@ def _workload(document: dict[str, Any], source: str) -> Workload:
 
 
 async def apply_workloads(
-    client: KubeClient, workloads: Iterable[Workload], default_namespace: str
+    client: KubeClient,
+    workloads: Iterable[Workload],
+    default_namespace: str,
+    admission: PodAdmission | None = None,
 ) -> list[Workload]:
-    """Create each object (namespaced ones in `default_namespace` unless they name one).
+    """Create each object (namespaced ones in `default_namespace` unless they name one),
+    each pod as `admission` leaves it.
 
     A refusal by the API server is the user's to fix: it is raised with the source
     document and the server's message, before anything else is created.
     """
+    admission = admission or NoGateAdmission()
     created = []
     namespaces = {default_namespace}
     for workload in workloads:
@@ -157,10 +163,17 @@ async def apply_workloads(
             namespaces.add(namespace)
         path = KINDS[workload.kind].collection.format(namespace=namespace)
         try:
-            await client.create(path, workload.body)
+            body = workload.body
+            if workload.kind == "Pod":
+                body = await admission.admit(body, namespace)
+            await client.create(path, body)
         except ApiError as error:
             raise InvalidParameterError(
                 f"{workload.source} ({workload.kind} {workload.name})", error.message
+            ) from None
+        except InvalidParameterError as error:
+            raise InvalidParameterError(
+                f"{workload.source} ({workload.kind} {workload.name})", error.reason
             ) from None
         created.append(workload)
     return created
