@@ -17,7 +17,9 @@ pod's reservation, so kube-scheduler only binds; a pending pod whose claims
 were all allocated already (shared claims) is added to their reservations.
 In mixed mode legacy pods' HAMi annotations count as usage, a refusal for room
 names the legacy pods holding the node's GPUs, and writes hold HAMi's node
-lock (node_guard.py).
+lock (node_guard.py). A pod that fits nowhere may preempt pods of lower priority,
+and the node it is nominated to is held from those until it is allocated
+(preemptor.py).
 
 This module composes those parts and runs the loop: sync each due key, then
 sleep until the next one is due or something changed. Keys are synced in the
@@ -59,6 +61,7 @@ from controller.object_state import (
 )
 from controller.pod_order import QueueRank, queue_rank
 from controller.pod_placements import PodPlacements
+from controller.preemptor import Preemptions
 from controller.requests import pod_variants
 from controller.settings import ControllerSettings
 from controller.sweeper import Sweeper
@@ -156,6 +159,8 @@ class Controller:
                 allocate_standalone_claims=settings.allocate_standalone_claims,
             )
         )
+        self.preemptions = Preemptions(client, self.view, self.queue, recorder, metrics, fence)
+        self.view.pods.handlers.append(self.preemptions.note_pod)
         self._snapshot = ViewSnapshot()
         self._snapshot_at = float("-inf")
         self._snapshots = SnapshotBuilder()
@@ -182,7 +187,7 @@ class Controller:
             await self._loop()
         finally:
             self.metrics.detach_view()
-            await cancel_and_wait([*tasks, *self.writer.tasks])
+            await cancel_and_wait([*tasks, *self.writer.tasks, *self.preemptions.tasks])
 
     def publish_view(self) -> None:
         """Refresh what /metrics shows (done every second; scrapes read this copy, from
@@ -339,6 +344,7 @@ class Controller:
         candidates, refused = view.node_filter.candidates(
             pod, view.inventory.nodes, pinned, avoided
         )
+        candidates = self.preemptions.without_held(pod, candidates, refused)
         context = view.request_context()
         started = time.perf_counter()
         try:
@@ -352,7 +358,9 @@ class Controller:
         if isinstance(outcome, NoFit):
             holders = legacy_holders(view.legacy_holds, short_of_room(outcome.reasons))
             message = bounded_message(with_holders(outcome.message, holders))
-            self._refuse(key, pod, unallocated, FILTERING_FAILED, message)
+            news = self._refuse(key, pod, unallocated, FILTERING_FAILED, message)
+            if not key.startswith(STANDALONE):
+                self.preemptions.consider(key, pod, variants, candidates, news)
             return
         self._commit(key, pod, unallocated, outcome)
 
@@ -363,11 +371,12 @@ class Controller:
         claims: Iterable[Mapping[str, Any]],
         reason: str,
         message: str,
-    ) -> None:
-        """Back the key off; tell the pod and its claims why, once per change of the view."""
+    ) -> bool:
+        """Back the key off; tell the pod and its claims why, once per change of the view
+        (True then)."""
         self.metrics.failures.labels(reason).inc()
         if not self.queue.back_off(key):
-            return
+            return False
         if not key.startswith(STANDALONE):
             self.recorder.emit(involved_object(pod, "Pod", "v1"), WARNING, reason, message)
         for claim in claims:
@@ -378,6 +387,7 @@ class Controller:
                 message,
             )
         log.info("pod's claims not allocated", extra={"pod": key, "why": message[:300]})
+        return True
 
     def _commit(
         self, key: str, pod: Mapping[str, Any], claims: list[dict[str, Any]], chosen: PodAllocation

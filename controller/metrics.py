@@ -222,6 +222,18 @@ class ControllerMetrics:
             "pods and claims were gone.",
             registry=registry,
         )
+        self.preemption_attempts = Counter(
+            "vgpu_controller_preemption_attempts",
+            "Times a pod that fit nowhere was considered for preemption, by result "
+            "(preempted, not_helpful, not_eligible, waiting_for_victims, failed).",
+            ["result"],
+            registry=registry,
+        )
+        self.preemption_victims = Counter(
+            "vgpu_controller_preemption_victims",
+            "Pods deleted to make room for a pod of higher priority.",
+            registry=registry,
+        )
         registry.register(LiveMemoryCollector())
         self._collector: HamiSchedulerCollector | None = None
 

@@ -13,3 +13,11 @@ def api_time(offset_s: float = 0) -> str:
 def micro_time() -> str:
     """Now as a metav1.MicroTime: exactly six fractional digits, which Leases require."""
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def api_seconds(text: str) -> float | None:
+    """A metav1.Time or MicroTime as seconds since the epoch; None if it is not one."""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None

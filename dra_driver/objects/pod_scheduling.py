@@ -22,3 +22,10 @@ def scheduling_gate_names(pod: Mapping[str, Any]) -> list[str]:
     """The names of the pod's scheduling gates, in order."""
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     return [str(gate.get("name")) for gate in gates if isinstance(gate, Mapping)]
+
+
+def preemption_policy(pod: Mapping[str, Any]) -> str:
+    """`spec.preemptionPolicy` as the Priority admission plugin set it
+    (`PreemptLowerPriority` when absent, the API's default)."""
+    policy = (pod.get("spec") or {}).get("preemptionPolicy")
+    return str(policy) if policy else "PreemptLowerPriority"

@@ -166,15 +166,19 @@ class Cluster:
         }
         await self.client.create("/apis/resource.k8s.io/v1/deviceclasses", body)
 
-    async def add_priority_class(self, name: str, value: int) -> None:
+    async def add_priority_class(
+        self, name: str, value: int, preemption_policy: str | None = None
+    ) -> None:
         """A PriorityClass pods name (`priorityClassName`): admission sets `spec.priority`
-        from it and refuses a pod that gives one itself."""
-        body = {
+        (and `spec.preemptionPolicy`) from it and refuses a pod that gives one itself."""
+        body: dict[str, Any] = {
             "apiVersion": "scheduling.k8s.io/v1",
             "kind": "PriorityClass",
             "metadata": {"name": name},
             "value": value,
         }
+        if preemption_policy is not None:
+            body["preemptionPolicy"] = preemption_policy
         await self.client.create("/apis/scheduling.k8s.io/v1/priorityclasses", body)
 
     async def add_claim(

@@ -30,7 +30,9 @@ LONG_BACKOFF = ControllerSettings(retry_initial_s=3600.0, retry_max_s=3600.0)
 
 
 async def add_classes(c: Cluster) -> None:
-    await c.add_priority_class(HIGH, 1000)
+    """The high class never preempts: the order is under test here, not preemption
+    (test_controller_preemption_flow.py)."""
+    await c.add_priority_class(HIGH, 1000, preemption_policy="Never")
     await c.add_priority_class(LOW, 0)
 
 

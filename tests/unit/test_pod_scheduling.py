@@ -6,7 +6,11 @@ from typing import Any
 
 import pytest
 
-from dra_driver.objects.pod_scheduling import pod_priority, scheduling_gate_names
+from dra_driver.objects.pod_scheduling import (
+    pod_priority,
+    preemption_policy,
+    scheduling_gate_names,
+)
 
 
 @pytest.mark.parametrize(
@@ -21,3 +25,17 @@ def test_gates_in_order() -> None:
     pod = {"spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}, {"name": "b"}]}}
     assert scheduling_gate_names(pod) == ["kueue.x-k8s.io/admission", "b"]
     assert scheduling_gate_names({"spec": {}}) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ({}, "PreemptLowerPriority"),
+        ({"preemptionPolicy": "Never"}, "Never"),
+        ({"preemptionPolicy": "PreemptLowerPriority"}, "PreemptLowerPriority"),
+    ],
+)
+def test_preemption_policy_defaults_to_preempt_lower_priority(
+    spec: dict[str, Any], expected: str
+) -> None:
+    assert preemption_policy({"spec": spec}) == expected
