@@ -85,3 +85,24 @@ def test_others_are_not_held_to_it(gates: Cluster) -> None:
     _gated_pod(admin, "job", KUEUE, ALLOCATION_GATE)
     _json_patch(admin, "job", _remove(0, KUEUE))
     assert _gate_names(admin, "job") == [ALLOCATION_GATE]
+
+
+def test_preemption_writes_are_not_held_to_it(gates: Cluster) -> None:
+    """The policy matches UPDATE of pods only: the controller's preemption writes (a
+    status patch through pods/status, a delete) are not gate removals and pass."""
+    admin, controller = gates.api(), gates.service_account("vgpu-controller")
+    _gated_pod(admin, "preemptor")
+    _gated_pod(admin, "victim")
+    core = client.CoreV1Api(controller)
+    core.patch_namespaced_pod_status("preemptor", NS, {"status": {"nominatedNodeName": "node-a"}})
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByVGPUController",
+        "message": "vgpu-dra-controller: preempting to accommodate a higher priority pod",
+    }
+    core.patch_namespaced_pod_status("victim", NS, {"status": {"conditions": [condition]}})
+    core.delete_namespaced_pod("victim", NS)
+    read = client.CoreV1Api(admin)
+    assert read.read_namespaced_pod("preemptor", NS).status.nominated_node_name == "node-a"
+    assert "victim" not in {p.metadata.name for p in read.list_namespaced_pod(NS).items}
