@@ -237,6 +237,13 @@ async def test_a_deleted_pods_allocation_is_cleared_and_its_capacity_reused(
             await c.client.delete(f"{PODS}/batch", grace_period_seconds=0)
             [after] = await c.wait_allocated("next-claim")
             bound = await c.wait_bound("next")
+            # The capacity counts as freed once the pod is gone (ClusterView.freed), so
+            # the next pod may be allocated before the clearing write lands: wait for it.
+            await c.wait_claims(
+                lambda store: (
+                    not (store[f"{NAMESPACE}/batch-claim"].get("status") or {}).get("allocation")
+                )
+            )
     # kube-controller-manager drops the gone pod's reservation; the controller clears the rest.
     assert history == [(None, ()), ("node-a", ("batch",)), ("node-a", ()), (None, ())]
     assert results(after)[0]["device"] == "gpu-0" and bound == "node-a"
