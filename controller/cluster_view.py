@@ -18,7 +18,7 @@ reservations are remembered, so an allocation that vanishes without this
 process clearing it (`clearing`) is told apart: kube-scheduler's PostFilter
 took it back (`allocation_vanished`).
 
-Owns: the six informers and the assume cache; the pending writes; the claim
+Owns: the seven informers and the assume cache; the pending writes; the claim
 <-> pod index; the uids of pods seen deleted; each claim's usage signature;
 the last allocation seen per claim and the claims being cleared; the deleted
 claims still charged;
@@ -84,6 +84,7 @@ CLASSES = f"{RESOURCE_API}/deviceclasses"
 PODS = "/api/v1/pods"
 NODES = "/api/v1/nodes"
 QUOTAS = "/api/v1/resourcequotas"
+BUDGETS = "/apis/policy/v1/poddisruptionbudgets"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +157,8 @@ class ClusterView:
         self.nodes = informer(NODES)
         self.classes = informer(CLASSES)
         self.quotas = informer(QUOTAS)
+        self.budgets = informer(BUDGETS)
+        """PodDisruptionBudgets: they only steer preemption (preemptor.py), so no handler."""
         self.claim_view = AssumeCache(self.claims)
         self.node_filter = NodeFilter(self.pods.get, self.nodes.get)
         self.selectors = SelectorCache()
@@ -191,7 +194,15 @@ class ClusterView:
 
     @property
     def informers(self) -> tuple[Informer, ...]:
-        return (self.slices, self.claims, self.pods, self.nodes, self.classes, self.quotas)
+        return (
+            self.slices,
+            self.claims,
+            self.pods,
+            self.nodes,
+            self.classes,
+            self.quotas,
+            self.budgets,
+        )
 
     def subscribe(self, handlers: ClusterHandlers) -> None:
         """Feed each informer's events to `handlers`, ahead of the assume cache's own."""
@@ -206,6 +217,7 @@ class ClusterView:
         for informer, handler in routes:
             informer.handlers.insert(0, handler)
             informer.handlers.append(self._counted)
+        self.budgets.handlers.append(self._counted)
 
     def touch(self) -> None:
         """Something the view shows changed outside a watched event (a decision charged,

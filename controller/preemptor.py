@@ -35,8 +35,11 @@ nomination. Once the victims' shares are released the preemptor, pending and of
 higher priority, is decided before the pods it outranks (pod_order.py) and is
 allocated there or wherever it fits first.
 
-Not read yet: PodDisruptionBudgets (no budget is passed to the plan), legacy
-pods' HAMi shares in mixed mode (they are never victims here).
+PodDisruptionBudgets come from the view's informer (disruption_budgets.py):
+they steer which pods are reprieved first and which node is chosen, as in
+kube-scheduler; victims are still deleted whatever a budget allows.
+
+Not read yet: legacy pods' HAMi shares in mixed mode (they are never victims here).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.cluster_view import ClusterView
+from controller.disruption_budgets import disruption_budgets
 from controller.metrics import ControllerMetrics
 from controller.object_state import allocated_node, allocation_of, is_pending, reservations_of
 from controller.preemption import (
@@ -248,7 +252,8 @@ class Preemptions:
                 name = f"{namespace}/{entry.get('name')}"
                 holders[uid] = Holder(uid, name, priority, now if started is None else started)
         shares = claim_shares(claims, view.inventory, view.vendors)
-        cluster = _Cluster(Holdings(holders, shares), terminating)
+        budgets = disruption_budgets(view.budgets.store.values(), view.pods.store.values())
+        cluster = _Cluster(Holdings(holders, shares, budgets), terminating)
         self._cluster = (changes, cluster)
         return cluster
 

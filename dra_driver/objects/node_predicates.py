@@ -134,6 +134,16 @@ def _requirement_met(requirement: Mapping[str, Any], value: str | None) -> bool:
         return False
 
 
+def label_selector_matches(labels: Mapping[str, str], selector: Mapping[str, Any]) -> bool:
+    """A metav1 LabelSelector: matchLabels and matchExpressions, all ANDed."""
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(
+        _requirement_met(r, labels.get(r.get("key")))
+        for r in selector.get("matchExpressions") or []
+    )
+
+
 def node_selector_matches(node: Mapping[str, Any], selector: Mapping[str, Any] | None) -> bool:
     """A v1 NodeSelector: terms are ORed, the requirements of a term ANDed."""
     if not selector:
