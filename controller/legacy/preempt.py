@@ -37,13 +37,13 @@ from typing import Any
 from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, is_terminated, pod_uid
+from controller.preemption import PREEMPT_NEVER
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.requests import PodRequest
 from dra_driver.errors import InvalidParameterError
-from dra_driver.objects.pod_scheduling import pod_priority
+from dra_driver.objects.pod_scheduling import pod_priority, preemption_policy
 from dra_driver.objects.pod_workloads import pod_request
 
-NEVER = "Never"
 NOT_STARTED = "~"
 """Sorts after every RFC 3339 time: a pod without `status.startTime` is the latest."""
 
@@ -128,7 +128,7 @@ class Preemption:
 
     async def preempt(self, args: PreemptArgs) -> dict[str, Any]:
         pod = args.pod
-        if (pod.get("spec") or {}).get("preemptionPolicy") == NEVER:
+        if preemption_policy(pod) == PREEMPT_NEVER:
             return preempt_answer({})
         request = pod_request(pod, self.state.vendors, admission_defaults=False)
         ceiling = pod_priority(pod)
