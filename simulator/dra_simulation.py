@@ -1,5 +1,9 @@
 """`dra-driver simulate --mode dra`: start, apply, wait until each pod runs or is refused.
 
+A scenario's phases (simulator.phases) are applied one after the other, each once
+the pods before it have settled; a pod the controller preempted is gone by then
+and the report's preemptions name it.
+
 Mixed mode reuses the waiting and the per-pod report; `simulator.run` picks the mode.
 """
 
@@ -21,17 +25,19 @@ from dra_driver.status.model import newest_warning
 from simulator.attempts import Call, Identity
 from simulator.dra import DraCluster, dra_cluster
 from simulator.failures import run_as
+from simulator.phases import remove_gate
 from simulator.progress import Steps
 from simulator.report import (
     PodReport,
     SimulationReport,
     container_report,
     load_specs,
+    preemption_reports,
     spec_files,
 )
 from simulator.settings import SimulationSettings, work_root
 from simulator.tamper import CallAnswer, PlacedPod, run_attempts
-from simulator.workloads import Scenario, apply_workloads
+from simulator.workloads import Phase, Scenario, apply_workloads
 
 SETTLE_POLL_S = 0.1
 SCHEDULING_GATED = "SchedulingGated"
@@ -83,10 +89,28 @@ def gated_reason(pod: Mapping[str, Any]) -> str:
 
 def _settled(pod: Mapping[str, Any], reason: str, allocated: bool) -> bool:
     """Running, or refused: a reason, every claim made (until its template's claims exist
-    a pod only waits for them) and none allocated (an allocated one is on its way)."""
-    if (pod.get("status") or {}).get("phase") == "Running":
+    a pod only waits for them), none allocated (an allocated one is on its way) and no
+    node nominated (its preemption's victims are on their way out)."""
+    status = pod.get("status") or {}
+    if status.get("phase") == "Running":
         return True
+    if status.get("nominatedNodeName"):
+        return False
     return bool(reason) and not allocated and all(pod_claim_names(pod).values())
+
+
+def _preemptions_done(cluster: DraCluster) -> float | None:
+    """The controller's count of finished preemption decisions, None while one is carried
+    out. A refusal's event can be read before the preemption it started nominates a
+    node; the same count before and after a read of the pods, none in flight, says
+    no preemption began or ended unseen around that read."""
+    controller = cluster.controller
+    if controller is None:
+        return 0.0
+    if controller.preemptions.tasks:
+        return None
+    (metric,) = controller.metrics.preemption_attempts.collect()
+    return sum(sample.value for sample in metric.samples if sample.name.endswith("_total"))
 
 
 class DraTarget:
@@ -162,19 +186,22 @@ async def pods_and_reasons(
 async def wait_settled(
     cluster: DraCluster, names: set[tuple[str, str]], timeout_s: float, on_progress: Any
 ) -> list[tuple[dict[str, Any], str]]:
-    """Until every pod runs or has a reason not to, or the timeout; the last view either
-    way. A component's task that died ends the wait with its error."""
+    """Until every pod runs, has a reason not to or is gone (preempted), and no preemption
+    is under way, or the timeout; the last view either way. A component's task that
+    died ends the wait with its error."""
     deadline = time.monotonic() + timeout_s
     while True:
         cluster.check_running()
         controller_allocated = cluster.controller is not None
+        before = _preemptions_done(cluster)
         view = await run_as(
             ADMIN_WATCHING,
             pods_and_reasons(cluster.client, names, controller_allocated=controller_allocated),
         )
-        settled = sum(_settled(*entry) for entry in view)
+        quiet = before is not None and _preemptions_done(cluster) == before
+        settled = sum(_settled(*entry) for entry in view) + len(names) - len(view)
         on_progress(settled, len(names))
-        if settled == len(names) or time.monotonic() >= deadline:
+        if (quiet and settled == len(names)) or time.monotonic() >= deadline:
             return [(pod, reason) for pod, reason, _ in view]
         await asyncio.sleep(SETTLE_POLL_S)
 
@@ -219,24 +246,14 @@ async def simulate(
     step = Steps(progress)
     with work_root(settings) as root:
         async with dra_cluster(settings, root, step) as cluster:
-            workloads = scenario.workloads
-            step(f"applying {len(workloads)} objects")
-            await run_as(
-                ADMIN_WORKLOADS,
-                apply_workloads(cluster.client, workloads, settings.namespace, cluster.admission),
-            )
-            names = {
-                (w.namespace or settings.namespace, w.name) for w in workloads if w.kind == "Pod"
-            }
-            view = await wait_settled(
-                cluster,
-                names,
-                settings.settle_timeout_s,
-                lambda done, total: step.count("pods settled", done, total),
-            )
+            names: set[tuple[str, str]] = set()
+            for phase in scenario.phases:
+                view = await _apply_phase(cluster, settings, phase, names, step)
             step("reading the result")
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
             pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
+            events = await run_as(ADMIN_STATUS, cluster.client.list("/api/v1/events"))
+            preemptions = preemption_reports(events.get("items") or [], [p for p, _ in view])
             target = DraTarget(cluster, settings.settle_timeout_s)
             attempts = await run_attempts(target, scenario.attempts, settings.namespace, step)
             step("reading the cluster's status")
@@ -248,4 +265,34 @@ async def simulate(
         time.monotonic() - started,
         kept=settings.work_dir is not None,
         attempts=attempts,
+        preemptions=preemptions,
+    )
+
+
+async def _apply_phase(
+    cluster: DraCluster,
+    settings: SimulationSettings,
+    phase: Phase,
+    names: set[tuple[str, str]],
+    step: Steps,
+) -> list[tuple[dict[str, Any], str]]:
+    """The phase's gate removals, then its objects; wait until its pods and every
+    earlier one settle. `names` gains the phase's pods."""
+    title = f"phase {phase.start.name}: " if phase.start.name else ""
+    for removal in phase.start.removals:
+        step(f"{title}removing gate {removal.gate} from pod {removal.pod}")
+        await run_as(ADMIN_WORKLOADS, remove_gate(cluster.client, removal, settings.namespace))
+    step(f"{title}applying {len(phase.workloads)} objects")
+    await run_as(
+        ADMIN_WORKLOADS,
+        apply_workloads(cluster.client, phase.workloads, settings.namespace, cluster.admission),
+    )
+    names.update(
+        (w.namespace or settings.namespace, w.name) for w in phase.workloads if w.kind == "Pod"
+    )
+    return await wait_settled(
+        cluster,
+        names,
+        settings.settle_timeout_s,
+        lambda done, total: step.count(f"{title}pods settled", done, total),
     )

@@ -85,6 +85,80 @@ class PodReport:
     """DRA modes: the scheduling gates it still has at the end (none once scheduled)."""
 
 
+PREEMPTION_REASONS = ("Preempting", "Preempted", "PreemptionFailed")
+"""The controller's events of a preemption (controller/preemptor.py)."""
+
+
+@dataclass
+class EventReport:
+    pod: str
+    """namespace/name of the pod the event is on."""
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class PreemptionReport:
+    """One pod that preempted others: whom, where, and the events that say so."""
+
+    preemptor: str
+    """namespace/name."""
+    node: str
+    """Where it runs, else the node it is nominated to."""
+    victims: list[str] = field(default_factory=list)
+    """namespace/name of each pod deleted for it (its `Preempted` event names the
+    preemptor's uid)."""
+    events: list[EventReport] = field(default_factory=list)
+
+
+def preemption_reports(
+    events: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> list[PreemptionReport]:
+    """Each pod with a preemption event, its victims matched by the uid the victims'
+    `Preempted` events name; in the order of their names."""
+    on_pod = [
+        e
+        for e in events
+        if e.get("reason") in PREEMPTION_REASONS
+        and (e.get("involvedObject") or {}).get("kind") == "Pod"
+    ]
+    by_uid = {pod["metadata"].get("uid"): pod for pod in pods}
+    reports: dict[str, PreemptionReport] = {}
+    for event in on_pod:
+        subject = event["involvedObject"]
+        pod = by_uid.get(subject.get("uid"))
+        if pod is None or event["reason"] == "Preempted":
+            continue
+        status, spec = pod.get("status") or {}, pod.get("spec") or {}
+        key = f"{subject.get('namespace')}/{subject.get('name')}"
+        report = reports.setdefault(
+            subject.get("uid"),
+            PreemptionReport(key, spec.get("nodeName") or status.get("nominatedNodeName") or ""),
+        )
+        report.events.append(_event_report(event))
+    for event in on_pod:
+        if event["reason"] != "Preempted":
+            continue
+        for uid, report in reports.items():
+            if f"pod {uid} " in str(event.get("message", "")):
+                report.victims.append(_event_report(event).pod)
+                report.events.append(_event_report(event))
+    for report in reports.values():
+        report.victims.sort()
+    return sorted(reports.values(), key=lambda r: r.preemptor)
+
+
+def _event_report(event: Mapping[str, Any]) -> EventReport:
+    subject = event.get("involvedObject") or {}
+    return EventReport(
+        f"{subject.get('namespace')}/{subject.get('name')}",
+        str(event.get("type", "")),
+        str(event.get("reason", "")),
+        str(event.get("message", "")),
+    )
+
+
 VERBATIM_FIELDS = frozenset({"containers", "pod_keys"})
 """PodReport fields whose keys are names of things, kept as they are in JSON."""
 
@@ -99,6 +173,8 @@ class SimulationReport:
     """Whether the nodes' files (CDI specs, cache dirs) outlive the run (`--work-dir`)."""
     attempts: list[AttemptReport] = field(default_factory=list)
     """The scenario's tamper attempts, in the order they ran."""
+    preemptions: list[PreemptionReport] = field(default_factory=list)
+    """DRA modes: the pods that preempted others (their victims are gone from `pods`)."""
 
     @property
     def bypasses(self) -> list[AttemptReport]:
@@ -142,6 +218,7 @@ class SimulationReport:
                 camel_case_keys({**asdict(attempt), "outcome": attempt.outcome.value})
                 for attempt in self.attempts
             ],
+            "preemptions": [camel_case_keys(asdict(p)) for p in self.preemptions],
         }
 
 
@@ -227,6 +304,8 @@ def render_report(report: SimulationReport, console: Console) -> None:
         console.print(refused)
     if report.attempts:
         console.print(attempts_table(report.attempts))
+    if report.preemptions:
+        console.print(preemptions_table(report.preemptions))
     console.print(
         f"{len(report.running)} pod(s) running, {len(report.refused)} not started, "
         f"in {report.elapsed_s:.1f} s ({report.mode} mode)"
@@ -282,5 +361,20 @@ def attempts_table(attempts: Sequence[AttemptReport]) -> Table:
             attempt.action,
             f"[{OUTCOME_STYLES[attempt.outcome]}]{attempt.outcome.value}[/]",
             reason,
+        )
+    return table
+
+
+def preemptions_table(preemptions: Sequence[PreemptionReport]) -> Table:
+    """One row per preempting pod: where it went, whom it preempted, and the events."""
+    table = Table(title="Preemptions (victims deleted to make room)", expand=False)
+    for column in ("pod", "node", "victims", "events"):
+        table.add_column(column, overflow="fold")
+    for preemption in preemptions:
+        table.add_row(
+            preemption.preemptor,
+            preemption.node or "-",
+            "\n".join(preemption.victims) or "-",
+            "\n".join(f"{e.pod} {e.type} {e.reason}: {e.message}" for e in preemption.events),
         )
     return table

@@ -1,9 +1,10 @@
 """User workloads: YAML documents read from files and created in dependency order.
 
-A scenario also holds tamper attempts (`attempts.py`), kept apart and run once
-the workloads have settled; a document marked for some modes only
-(`simulate.vgpu.hami.io/modes`) is left out of the others, so one scenario
-serves `--mode dra` and `--mode legacy`.
+A scenario's workloads come in phases (`phases.py`; one unless it says
+otherwise), each created in dependency order. A scenario also holds tamper
+attempts (`attempts.py`), kept apart and run once the workloads have settled; a
+document marked for some modes only (`simulate.vgpu.hami.io/modes`) is left out
+of the others, so one scenario serves `--mode dra` and `--mode legacy`.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.resource_api import RESOURCE_API
 from dra_driver.objects.yaml_files import read_yaml_documents
-from simulator import attempts
+from simulator import attempts, phases
 from simulator.attempts import TamperAttempt
 from simulator.gate_admission import NoGateAdmission, PodAdmission
+from simulator.phases import DRA_MODES, PhaseStart, parse_phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,7 @@ class Kind:
 
 KINDS: Mapping[str, Kind] = {
     "Namespace": Kind("v1", "/api/v1/namespaces", 0),
+    "PriorityClass": Kind("scheduling.k8s.io/v1", "/apis/scheduling.k8s.io/v1/priorityclasses", 0),
     "DeviceClass": Kind("resource.k8s.io/v1", f"{RESOURCE_API}/deviceclasses", 1),
     "ResourceQuota": Kind("v1", "/api/v1/namespaces/{namespace}/resourcequotas", 2),
     "ResourceClaimTemplate": Kind(
@@ -66,11 +69,23 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
-class Scenario:
+class Phase:
+    start: PhaseStart
     workloads: list[Workload]
     """In apply order."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    phases: list[Phase]
+    """In document order; the first starts unnamed, with the scenario."""
     attempts: list[TamperAttempt]
     """In document order: each may build on the ones before."""
+
+    @property
+    def workloads(self) -> list[Workload]:
+        """Every phase's, in apply order."""
+        return [workload for phase in self.phases for workload in phase.workloads]
 
 
 def scenario_files(paths: Iterable[Path]) -> list[Path]:
@@ -83,8 +98,9 @@ def scenario_files(paths: Iterable[Path]) -> list[Path]:
 
 def load_scenario(paths: Iterable[Path], mode: str, modes: tuple[str, ...]) -> Scenario:
     """Every document of every file (directories: their *.yaml) that applies to `mode`,
-    checked for a kind the simulator knows; workloads in apply order."""
-    workloads, tampering = [], []
+    checked for a kind the simulator knows; workloads in apply order, per phase."""
+    starts: list[tuple[PhaseStart, list[Workload]]] = [(PhaseStart(""), [])]
+    tampering = []
     for path in scenario_files(paths):
         for position, document in enumerate(read_yaml_documents(path)):
             if document is None:
@@ -96,9 +112,20 @@ def load_scenario(paths: Iterable[Path], mode: str, modes: tuple[str, ...]) -> S
                 continue
             if document.get("kind") == attempts.KIND:
                 tampering.append(_checked(attempts.parse_attempt(document, source), mode))
+            elif document.get("kind") == phases.KIND:
+                if mode not in DRA_MODES:
+                    raise InvalidParameterError(
+                        f"{source}: kind",
+                        f"--mode {mode} applies every workload at once; phases run in the "
+                        f"{' and '.join(DRA_MODES)} modes",
+                    )
+                starts.append((parse_phase(document, source), []))
             else:
-                workloads.append(_workload(document, source))
-    return Scenario(sorted(workloads, key=lambda w: KINDS[w.kind].order), tampering)
+                starts[-1][1].append(_workload(document, source))
+    ordered = [
+        Phase(start, sorted(found, key=lambda w: KINDS[w.kind].order)) for start, found in starts
+    ]
+    return Scenario(ordered, tampering)
 
 
 LEGACY_MODE = "legacy"
@@ -129,7 +156,8 @@ def _workload(document: dict[str, Any], source: str) -> Workload:
     kind = document.get("kind")
     if kind not in KINDS:
         raise InvalidParameterError(
-            f"{source}: kind", f"{kind!r} is not one of {', '.join([*KINDS, attempts.KIND])}"
+            f"{source}: kind",
+            f"{kind!r} is not one of {', '.join([*KINDS, attempts.KIND, phases.KIND])}",
         )
     if document.get("apiVersion") != KINDS[kind].api_version:
         raise InvalidParameterError(

@@ -19,7 +19,7 @@ from typing import Any
 
 from dra_driver.errors import DriverError
 from dra_driver.kube.informer import Informer, object_key
-from dra_driver.kube.rest import KubeClient
+from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
 from dra_driver.objects.api_time import api_time
 from dra_driver.objects.pod_claims import container_claim_entries, pod_claim_names
 from dra_driver.objects.resource_api import RESOURCE_API
@@ -133,8 +133,11 @@ class KubeletPods:
             kind, pod = await self._queue.get()
             key = object_key(pod)
             try:
-                if kind == "DELETED" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                if kind == "DELETED":
                     await self._stop_pod(key)
+                elif (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    await self._stop_pod(key)
+                    await self._finish_deletion(pod)
                 elif key not in self.prepared:
                     await self._start_pod(key, pod)
             except DriverError as error:
@@ -195,6 +198,16 @@ class KubeletPods:
             f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/status",
             {"status": {"phase": "Running", "startTime": api_time()}},
         )
+
+    async def _finish_deletion(self, pod: Mapping[str, Any]) -> None:
+        """Its containers are gone: remove the pod as kubelet's status manager does (grace
+        0), so what waits for it to go (a preemptor) is not held forever."""
+        metadata = pod["metadata"]
+        path = object_path(f"/api/v1/namespaces/{metadata['namespace']}/pods", metadata["name"])
+        try:
+            await self.client.delete(path, gracePeriodSeconds=0)
+        except NotFoundError:
+            return
 
     async def _stop_pod(self, key: str) -> None:
         record = self.prepared.pop(key, None)
