@@ -43,8 +43,10 @@ def register(commands: Subcommands) -> None:
         action="append",
         env="SIMULATE_SCENARIOS",
         help="YAML file, or directory of *.yaml files, of DeviceClasses, ResourceClaimTemplates, "
-        "ResourceClaims, ConfigMaps, Pods and TamperAttempts (repeatable); none: the bundled "
-        "examples/ of the mode; examples/tamper: a tenant's attempts to lift or forge a share",
+        "ResourceClaims, ConfigMaps, PriorityClasses, Pods, TamperAttempts and Phases (steps "
+        "applied in order once the pods before them settled; DRA mode) (repeatable); none: the "
+        "bundled examples/ of the mode; examples/tamper: a tenant's attempts to lift or forge "
+        "a share; examples/priority: gates, priority and preemption",
     )
     simulate.add_argument(
         "--nodes",
