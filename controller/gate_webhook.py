@@ -21,7 +21,6 @@ Served over TLS, with the same caller authentication as the legacy webhooks
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -34,8 +33,7 @@ from controller.legacy.caller_auth import ALLOCATION_GATE_PATH, CallerAuthentica
 from controller.legacy.config import CallerAuthSettings
 from controller.legacy.server import MAX_BODY_BYTES, ServeSettings
 from controller.migration.webhook import (
-    REVIEW_API_VERSION,
-    REVIEW_KIND,
+    answer_review,
     patch_answer,
     review_answer,
 )
@@ -55,24 +53,7 @@ class AllocationGateWebhook:
         self.classes = classes
 
     async def handle(self, request: web.Request) -> web.Response:
-        try:
-            body = json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            return web.json_response({"error": f"request body is not JSON: {error}"}, status=400)
-        review = body.get("request") if isinstance(body, dict) else None
-        if (
-            not isinstance(body, dict)
-            or body.get("apiVersion") != REVIEW_API_VERSION
-            or body.get("kind") != REVIEW_KIND
-            or not isinstance(review, dict)
-            or not isinstance(review.get("uid"), str)
-            or not isinstance(review.get("object") or {}, dict)
-        ):
-            return web.json_response(
-                {"error": f"expected an {REVIEW_KIND} {REVIEW_API_VERSION} with request.uid"},
-                status=400,
-            )
-        return web.json_response(await self.review(review))
+        return await answer_review(request, self.review)
 
     async def review(self, review: Mapping[str, Any]) -> dict[str, Any]:
         """The AdmissionReview answer for one request: always allowed, gated or not."""

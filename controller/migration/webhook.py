@@ -24,7 +24,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -62,6 +62,31 @@ def patch_answer(ops: list[dict[str, Any]]) -> dict[str, Any]:
     return {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
 
 
+async def answer_review(
+    request: web.Request, review: Callable[[Mapping[str, Any]], Awaitable[dict[str, Any]]]
+) -> web.Response:
+    """Read an AdmissionReview off the request and answer what `review` decides for its
+    `request`; a body that is not one is a 400 naming what was expected."""
+    try:
+        body = json.loads(await request.read())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return web.json_response({"error": f"request body is not JSON: {error}"}, status=400)
+    asked = body.get("request") if isinstance(body, dict) else None
+    if (
+        not isinstance(body, dict)
+        or body.get("apiVersion") != REVIEW_API_VERSION
+        or body.get("kind") != REVIEW_KIND
+        or not isinstance(asked, dict)
+        or not isinstance(asked.get("uid"), str)
+        or not isinstance(asked.get("object", {}), dict)
+    ):
+        return web.json_response(
+            {"error": f"expected an {REVIEW_KIND} {REVIEW_API_VERSION} with request.uid"},
+            status=400,
+        )
+    return web.json_response(await review(asked))
+
+
 class MigrationWebhook:
     """Decides and applies one pod's migration; `handle` is the aiohttp route."""
 
@@ -73,24 +98,7 @@ class MigrationWebhook:
         self.legacy_scheduler_name = legacy_scheduler_name
 
     async def handle(self, request: web.Request) -> web.Response:
-        try:
-            body = json.loads(await request.read())
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            return web.json_response({"error": f"request body is not JSON: {error}"}, status=400)
-        review = body.get("request") if isinstance(body, dict) else None
-        if (
-            not isinstance(body, dict)
-            or body.get("apiVersion") != REVIEW_API_VERSION
-            or body.get("kind") != REVIEW_KIND
-            or not isinstance(review, dict)
-            or not isinstance(review.get("uid"), str)
-            or not isinstance(review.get("object", {}), dict)
-        ):
-            return web.json_response(
-                {"error": f"expected an {REVIEW_KIND} {REVIEW_API_VERSION} with request.uid"},
-                status=400,
-            )
-        return web.json_response(await self.review(review))
+        return await answer_review(request, self.review)
 
     async def review(self, review: Mapping[str, Any]) -> dict[str, Any]:
         """The AdmissionReview answer for one request (`request` of the review)."""
