@@ -19,6 +19,7 @@ JSON (no model deserialisation: at 10,000 pods that would dominate the cost).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -71,7 +72,9 @@ class Reflector:
         self._stopped.set()
         response = self._response
         if response is not None:
-            response.shutdown()
+            # The thread may be closing this very socket (its read ended): then it is gone.
+            with contextlib.suppress(OSError, RuntimeError, ValueError):
+                response.shutdown()
 
     def join(self) -> None:
         self._thread.join()

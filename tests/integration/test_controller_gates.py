@@ -40,7 +40,8 @@ async def test_a_gated_pod_gets_nothing_until_its_gate_is_removed(tmp_path: Path
     async with cluster(tmp_path) as c:
         await c.add_class()
         await c.add_node("node-a", 1)
-        await c.add_priority_class("high-priority", 1000)
+        # Never: the gated pod must wait for the GPU, not preempt the ungated pod.
+        await c.add_priority_class("high-priority", 1000, preemption_policy="Never")
         await c.add_pod_with_claim(
             "gated", WHOLE, priorityClassName="high-priority", schedulingGates=KUEUE_GATE
         )
