@@ -74,6 +74,7 @@ class ClusterEventHandlers:
             self.queue.enqueue(pod_key)
         allocated = allocation_of(claim) is not None
         if kind == "DELETED":
+            self.queue.drop(STANDALONE + key)
             return
         if self.allocate_standalone_claims and not allocated and not self.view.pods_referring(key):
             self.queue.enqueue(STANDALONE + key)

@@ -3,8 +3,9 @@
 A key is a pod's `namespace/name`, or STANDALONE + a claim's key. A key is due
 once the time it was enqueued for has come. A key that did not fit waits
 until the view changed (`changed()` bumps a version) and its backoff passed
-(doubling, jittered so replicas and pods do not retry in step), so a stuck
-pod never spins and a changed cluster is looked at again at once. Due keys
+(doubling, jittered so replicas and pods do not retry in step), and is taken
+once per change, so a stuck pod never spins and a changed cluster is looked at
+again at once. Due keys
 are decided highest priority first, then oldest, then first queued, and a
 waiting key's backoff is lifted when a key of lower priority is about to be
 decided in a view that changed since it was refused (controller/pod_order.py
@@ -42,9 +43,14 @@ class _Waiting:
     once the view changed and a key of lower `rank` is due."""
 
     version: int
+    """The view's version when the key was refused (a refusal in a newer one is news)."""
     delay: float
     ready_at: float
     rank: QueueRank
+    tried: int
+    """The view's version when the key was last taken: it is due again only after a
+    change since, so a sync that decides nothing (its object gone, its write in
+    flight) does not make the loop spin on it."""
 
 
 class WorkQueue:
@@ -118,7 +124,7 @@ class WorkQueue:
         whose backoff passed, and, lest a lower-priority key take what they wait for,
         the waiting ones whose view changed and whose priority is above a due key's."""
         ranks = {key: self.rank(key) for key, at in self._due.items() if at <= now}
-        changed = [(k, w) for k, w in self._waiting.items() if w.version < self._version]
+        changed = [(k, w) for k, w in self._waiting.items() if w.tried < self._version]
         for key, waiting in changed:
             if waiting.ready_at <= now:
                 ranks[key] = waiting.rank
@@ -133,12 +139,15 @@ class WorkQueue:
     def take(self, key: str) -> bool:
         """Remove a due key from the queue; False if it is in flight (not to sync now)."""
         self._due.pop(key, None)
+        waiting = self._waiting.get(key)
+        if waiting is not None:
+            waiting.tried = self._version
         return key not in self._in_flight
 
     def next_timeout(self, now: float, deadline: float) -> float:
         """Seconds until the next key is due, or until `deadline` if that comes first."""
         times = list(self._due.values())
-        times += [w.ready_at for w in self._waiting.values() if w.version < self._version]
+        times += [w.ready_at for w in self._waiting.values() if w.tried < self._version]
         times.append(deadline)
         return max(0.0, min(times) - now)
 
@@ -148,7 +157,8 @@ class WorkQueue:
         previous = self._waiting.get(key)
         delay = min(previous.delay * 2, self.retry_max_s) if previous else self.retry_initial_s
         ready_at = self.clock() + jittered(delay)
-        self._waiting[key] = _Waiting(self._version, delay, ready_at, self.rank(key))
+        version = self._version
+        self._waiting[key] = _Waiting(version, delay, ready_at, self.rank(key), version)
         self._arrive(key)
         return previous is None or previous.version != self._version
 

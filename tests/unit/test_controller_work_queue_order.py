@@ -49,3 +49,32 @@ def test_a_pod_without_priority_ranks_as_zero() -> None:
     pod = {"metadata": {"creationTimestamp": EARLY}, "spec": {}}
     assert queue_rank(pod) == QueueRank(0, EARLY)
     assert queue_rank({**pod, "spec": {"priority": -7}}) == QueueRank(-7, EARLY)
+
+
+def test_a_waiting_key_taken_after_a_change_is_not_due_again_until_the_next_change() -> None:
+    """A retry that decides nothing (its object gone, its write in flight) leaves the
+    key waiting; it must not come due on every pass, or the loop spins."""
+    queue, now = make_queue({"gone": QueueRank(0, EARLY)})
+    queue.enqueue("gone")
+    queue.take("gone")
+    queue.back_off("gone")
+    now[0] += 3600.0
+    queue.changed()
+    assert queue.due(now[0]) == ["gone"]
+    queue.take("gone")
+    assert queue.due(now[0]) == []
+    assert queue.next_timeout(now[0], now[0] + 1.0) == 1.0
+    queue.changed()
+    assert queue.due(now[0]) == ["gone"]
+
+
+def test_a_refusal_after_a_retry_in_a_changed_view_is_news() -> None:
+    queue, now = make_queue({"pod": QueueRank(0, EARLY)})
+    queue.enqueue("pod")
+    queue.take("pod")
+    assert queue.back_off("pod")
+    now[0] += 3600.0
+    queue.changed()
+    queue.take("pod")
+    assert queue.back_off("pod")
+    assert not queue.back_off("pod")
