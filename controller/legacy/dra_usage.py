@@ -13,6 +13,11 @@ A pod refused for room on a node where claims hold GPUs is told which
 (`holders`): the refusal names the other mode's holders, as the node side's
 does.
 
+For the preempt verb, `shares` gives each allocated claim's share on the
+asked nodes with the pods that must all go before it frees: every
+`status.reservedFor` entry, a consumer that is no pod (or has no uid)
+included, which no pod deletion removes.
+
 At Bind, under the node lock, `problems` re-reads the claims from the API:
 the informer may not yet show an allocation the controller wrote a moment
 ago, and the lock orders the two writers, so what the API shows then is all
@@ -24,6 +29,7 @@ the extender must fit beside.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from controller.inventory import Inventory, build_inventory, charge_claims, claim_usage
@@ -34,6 +40,8 @@ from controller.mixed_usage import (
     holders_text,
     over_commits,
 )
+from controller.object_state import reservations_of
+from controller.preemption import Share, claim_shares
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -57,6 +65,9 @@ class DraHolds(Protocol):
     def holders(self, nodes: Collection[str]) -> dict[str, str]:
         """Per node of `nodes` where allocated claims hold GPUs, what a refusal says of them."""
 
+    def shares(self, nodes: Collection[str], vendors: VendorRegistry) -> dict[str, list[Share]]:
+        """Per node of `nodes`, each allocated claim's share there and who reserves it."""
+
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]: ...
 
 
@@ -76,6 +87,32 @@ def claim_holders(
     return holders_text("DRA claims", held)
 
 
+def reserved_shares(
+    claims: Iterable[Mapping[str, Any]],
+    inventory: Inventory,
+    vendors: VendorRegistry,
+    nodes: Collection[str],
+) -> dict[str, list[Share]]:
+    """Per node of `nodes`, each allocated claim's share there, held by every
+    `reservedFor` entry: a pod by its uid, any other consumer by a key no pod has."""
+    shares: dict[str, list[Share]] = {}
+    for claim in claims:
+        holders = frozenset(_reserver(entry) for entry in reservations_of(claim))
+        for share in claim_shares([claim], inventory, vendors):
+            if share.node in nodes:
+                shares.setdefault(share.node, []).append(replace(share, holders=holders))
+    return shares
+
+
+def _reserver(entry: Mapping[str, Any]) -> str:
+    """A pod's uid; for another consumer (or an entry without a uid) a key that is never
+    a pod's uid, so the share it holds never frees by pod deletions."""
+    uid = entry.get("uid")
+    if entry.get("resource") == "pods" and uid:
+        return str(uid)
+    return f"{entry.get('apiGroup') or ''}/{entry.get('resource')}/{entry.get('name')}/{uid}"
+
+
 class NoDraUsage:
     """Outside mixed mode the extender is the only allocator of its GPUs."""
 
@@ -88,6 +125,9 @@ class NoDraUsage:
         return None
 
     def holders(self, nodes: Collection[str]) -> dict[str, str]:
+        return {}
+
+    def shares(self, nodes: Collection[str], vendors: VendorRegistry) -> dict[str, list[Share]]:
         return {}
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
@@ -128,6 +168,9 @@ class DraUsage:
 
     def holders(self, nodes: Collection[str]) -> dict[str, str]:
         return claim_holders(self.claims.store.values(), self.inventory, nodes)
+
+    def shares(self, nodes: Collection[str], vendors: VendorRegistry) -> dict[str, list[Share]]:
+        return reserved_shares(self.claims.store.values(), self.inventory, vendors, nodes)
 
     async def problems(self, node: Node, legacy: Mapping[str, DeviceUsage]) -> list[str]:
         """Why `legacy` (every legacy share on the node, the binding pod's included) does

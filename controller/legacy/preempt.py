@@ -23,22 +23,32 @@ of its own), plus every added victim, since this process reads no
 PodDisruptionBudget and an added one may violate one: an upper bound, so
 kube-scheduler's node choice never prefers a node for violations it was not
 told of. A pod whose `preemptionPolicy` is `Never` gets no node.
-In mixed mode a DRA claim's share counts as held: its pod's deletion frees it
-only once the DRA controller releases the claim, which this verb cannot see.
+In mixed mode DRA pods are holders too, ordered with the legacy ones: a pod
+reserving a claim of this driver allocated on the node frees the claim's share
+once every pod in its `status.reservedFor` is removed (a claim shared with a
+pod that stays, or reserved for anything the cache does not know, frees
+nothing; `preempt_victims`). Deleting such a victim does not free the share at
+once: the DRA controller (or kube-controller-manager) drops the reservation and
+deallocates the claim, and this cache counts the share until the claim's watch
+event shows that: kube-scheduler's nominated pod is refused by Filter until
+then and fits at a later try. The DRA controller preempts legacy pods for a DRA
+preemptor by the same rules (`controller/preemption.py`).
 Reference: kubernetes-dra.md §10 (Extender preemption).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, is_terminated, pod_uid
-from controller.preemption import PREEMPT_NEVER
-from dra_driver.engine.engine import Engine
+from controller.legacy.preempt_victims import added_victims
+from controller.preemption import PREEMPT_NEVER, Share, quota_without, usage_without
+from dra_driver.engine.engine import Engine, vendor_totals
+from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.requests import PodRequest
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.pod_scheduling import pod_priority, preemption_policy
@@ -120,6 +130,39 @@ def _importance(pod: Mapping[str, Any]) -> tuple[int, str, str]:
     return -pod_priority(pod), str(start), pod_uid(pod)
 
 
+@dataclass(frozen=True, slots=True)
+class NodeHoldings:
+    """One candidate node as the verb reads it: the preemptor, the node, the priority
+    a victim must be under, the cached pods by uid, and the DRA claims' shares there."""
+
+    preemptor: str
+    node: str
+    ceiling: int
+    pods: Mapping[str, Mapping[str, Any]]
+    claims: Sequence[Share]
+
+
+class _NodeTrial:
+    """The preemptor on one node with some shares given back: an engine over that node
+    with the cache's usage there (legacy pods and DRA claims) minus those shares, and
+    the namespaces' quotas minus what they charged."""
+
+    def __init__(self, engine: Engine, request: PodRequest, node: str) -> None:
+        self._engine = engine
+        self._request = request
+        self._node = node
+        self._quota = engine.quota
+        self._usage = {
+            slot.device.id: DeviceUsage(slot.used, slot.memory, slot.cores, slot.tags)
+            for slot in engine.node_state(node).slots
+        }
+
+    def fits(self, freed: Sequence[Share]) -> bool:
+        self._engine.set_usage(self._node, usage_without(self._usage, freed))
+        self._engine.quota = quota_without(self._quota, freed)
+        return self._engine.decide(self._request, [self._node]).placement is not None
+
+
 class Preemption:
     """Answers the preempt verb from the legacy scheduler's cache."""
 
@@ -135,6 +178,7 @@ class Preemption:
         answer: dict[str, tuple[list[str], int]] = {}
         async with self.state.lock:
             pods = {pod_uid(p): p for p in self.state.pods.store.values()}
+            claims = self.state.dra.shares(args.nodes.keys(), self.state.vendors)
             for node, proposed in args.nodes.items():
                 known = {**pods, **proposed.pods}
                 kept = [
@@ -142,7 +186,8 @@ class Preemption:
                     for uid in proposed.uids
                     if uid in known and pod_priority(known[uid]) < ceiling
                 ]
-                added = self._added_victims(request, pod_uid(pod), node, kept, ceiling, pods)
+                held = NodeHoldings(pod_uid(pod), node, ceiling, pods, claims.get(node, []))
+                added = self._added_victims(request, held, kept)
                 if added is None or not kept + added:
                     continue
                 violations = min(proposed.pdb_violations, len(kept)) + len(added)
@@ -150,49 +195,34 @@ class Preemption:
         return preempt_answer(answer)
 
     def _added_victims(
-        self,
-        request: PodRequest,
-        preemptor: str,
-        node: str,
-        kept: list[str],
-        ceiling: int,
-        pods: Mapping[str, Mapping[str, Any]],
+        self, request: PodRequest, held: NodeHoldings, kept: list[str]
     ) -> list[str] | None:
         """The share holders to remove beside `kept` (none when the pod needs no share),
         or None when no choice of lower-priority holders makes room."""
         if not request.has_devices():
             return []
-        entry = self.state.inventory.get(node)
+        entry = self.state.inventory.get(held.node)
         if entry is None or entry.node is None:
             return None
-        engine = self.state.engine_for([entry.node])
-        allocations = self.state.allocations
-        for uid in (preemptor, *kept):
-            allocation = allocations.get(uid)
-            if allocation is not None and allocation.placement.node == node:
-                _give_back(engine, allocation)
-        others = sorted(
+        own: list[Share] = []
+        shares = list(held.claims)
+        for allocation in self.state.allocations.values():
+            if allocation.placement.node == held.node:
+                share = _legacy_share(allocation)
+                (own if allocation.uid == held.preemptor else shares).append(share)
+        holders = {uid for share in shares for uid in share.holders}
+        candidates = sorted(
             (
-                holder
-                for uid, allocation in allocations.items()
-                if uid not in kept and uid != preemptor and allocation.placement.node == node
-                for holder in (pods.get(uid),)
-                if holder is not None and _removable(holder, node, ceiling)
+                pod
+                for uid in holders
+                if uid not in kept and uid != held.preemptor
+                for pod in (held.pods.get(uid),)
+                if pod is not None and _removable(pod, held.node, held.ceiling)
             ),
             key=_importance,
         )
-        for holder in others:
-            _give_back(engine, allocations[pod_uid(holder)])
-        if not _fits(engine, request, node):
-            return None
-        added = []
-        for holder in others:
-            allocation = allocations[pod_uid(holder)]
-            engine.commit(_holder_request(allocation), allocation.placement)
-            if not _fits(engine, request, node):
-                _give_back(engine, allocation)
-                added.append(allocation.uid)
-        return added
+        trial = _NodeTrial(self.state.engine_for([entry.node]), request, held.node)
+        return added_victims(shares, kept, [pod_uid(pod) for pod in candidates], trial.fits, own)
 
 
 def _removable(pod: Mapping[str, Any], node: str, ceiling: int) -> bool:
@@ -206,13 +236,16 @@ def _removable(pod: Mapping[str, Any], node: str, ceiling: int) -> bool:
     )
 
 
-def _holder_request(allocation: PodAllocation) -> PodRequest:
-    return PodRequest(allocation.namespace, allocation.name, ())
-
-
-def _give_back(engine: Engine, allocation: PodAllocation) -> None:
-    engine.release(_holder_request(allocation), allocation.placement)
-
-
-def _fits(engine: Engine, request: PodRequest, node: str) -> bool:
-    return engine.decide(request, [node]).placement is not None
+def _legacy_share(allocation: PodAllocation) -> Share:
+    """What a legacy pod's annotations hold on its node, held by the pod alone."""
+    quota_use = tuple(
+        (allocation.namespace, vendor, memory, cores)
+        for vendor, (memory, cores) in vendor_totals(allocation.usage, allocation.placement).items()
+    )
+    return Share(
+        allocation.uid,
+        allocation.placement.node,
+        allocation.usage,
+        frozenset({allocation.uid}),
+        quota_use,
+    )
