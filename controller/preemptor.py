@@ -39,7 +39,10 @@ PodDisruptionBudgets come from the view's informer (disruption_budgets.py):
 they steer which pods are reprieved first and which node is chosen, as in
 kube-scheduler; victims are still deleted whatever a budget allows.
 
-Not read yet: legacy pods' HAMi shares in mixed mode (they are never victims here).
+In mixed mode a legacy pod's HAMi hold (its `vgpu-devices-allocated` on the
+GPUs of our slices, as the view charges it) is a share held by that pod alone:
+the pod is a holder like a DRA one, chosen by the same rules and deleted the
+same way; its hold is gone from the view once the pod is.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ from typing import Any
 from controller.cluster_view import ClusterView
 from controller.disruption_budgets import disruption_budgets
 from controller.metrics import ControllerMetrics
+from controller.mixed_usage import LegacyHold
 from controller.object_state import allocated_node, allocation_of, is_pending, reservations_of
 from controller.preemption import (
     PREEMPT_NEVER,
@@ -62,6 +66,7 @@ from controller.preemption import (
     NodeVictims,
     NoPreemption,
     Preemptor,
+    Share,
     claim_shares,
     plan_preemption,
 )
@@ -117,6 +122,42 @@ class _Cluster:
 
     holdings: Holdings
     terminating: Mapping[str, int]
+
+
+class _Found:
+    """The holders met while reading the shares, and the lowest priority among those
+    already terminating per node (they free their shares without us)."""
+
+    def __init__(self, view: ClusterView, now: float) -> None:
+        self._view = view
+        self._now = now
+        self.holders: dict[str, Holder] = {}
+        self.terminating: dict[str, int] = {}
+
+    def note(self, key: str, uid: str, node: str | None) -> None:
+        """The pod `key` with this uid holds a share on `node` (skipped if the view
+        holds another pod of that name, or none)."""
+        pod = self._view.pods.get(key)
+        if pod is None or pod["metadata"].get("uid") != uid:
+            return
+        priority = pod_priority(pod)
+        if pod["metadata"].get("deletionTimestamp"):
+            if node is not None:
+                self.terminating[node] = min(priority, self.terminating.get(node, priority))
+            return
+        started = api_seconds(str((pod.get("status") or {}).get("startTime") or ""))
+        self.holders[uid] = Holder(uid, key, priority, self._now if started is None else started)
+
+
+def legacy_share(key: str, hold: LegacyHold, uid: str) -> Share:
+    """A legacy pod's HAMi hold (mixed mode) as a share only its own eviction frees."""
+    return Share(
+        f"legacy:{key}",
+        hold.node,
+        dict(hold.usage),
+        frozenset({uid}),
+        tuple((hold.namespace, vendor, memory, cores) for vendor, memory, cores in hold.quota_use),
+    )
 
 
 class Preemptions:
@@ -230,30 +271,22 @@ class Preemptions:
             return self._cluster[1]
         view = self.view
         claims = view.effective_claims()
-        holders: dict[str, Holder] = {}
-        terminating: dict[str, int] = {}
-        now = api_seconds(api_time()) or 0.0
+        found = _Found(view, api_seconds(api_time()) or 0.0)
         for claim in claims:
             namespace = claim["metadata"].get("namespace", "")
             node = allocated_node(claim)
             for entry in reservations_of(claim):
-                uid = str(entry.get("uid") or "")
-                holder = view.pods.get(f"{namespace}/{entry.get('name')}")
-                if entry.get("resource") != "pods" or holder is None:
-                    continue
-                if holder["metadata"].get("uid") != uid:
-                    continue
-                priority = pod_priority(holder)
-                if holder["metadata"].get("deletionTimestamp"):
-                    if node is not None:
-                        terminating[node] = min(priority, terminating.get(node, priority))
-                    continue
-                started = api_seconds(str((holder.get("status") or {}).get("startTime") or ""))
-                name = f"{namespace}/{entry.get('name')}"
-                holders[uid] = Holder(uid, name, priority, now if started is None else started)
+                if entry.get("resource") == "pods":
+                    found.note(f"{namespace}/{entry.get('name')}", str(entry.get("uid")), node)
         shares = claim_shares(claims, view.inventory, view.vendors)
+        for key, hold in view.legacy_holds.items():
+            pod = view.pods.get(key)
+            if pod is not None:
+                uid = str(pod["metadata"].get("uid") or "")
+                found.note(key, uid, hold.node)
+                shares.append(legacy_share(key, hold, uid))
         budgets = disruption_budgets(view.budgets.store.values(), view.pods.store.values())
-        cluster = _Cluster(Holdings(holders, shares, budgets), terminating)
+        cluster = _Cluster(Holdings(found.holders, shares, budgets), found.terminating)
         self._cluster = (changes, cluster)
         return cluster
 
