@@ -37,7 +37,10 @@ was walked after the placement (or could not host it then) and its added usage
 only moves it further back. Where a device's place in the
 walk matters beyond that (NUMA binding, the topology-aware policy, a vendor
 with its own Fit or slot charge) or the namespace quota the pod is charged to
-changes, the engine is asked.
+changes, the engine is asked. A given-back pod is a victim without asking the
+engine when its usage leaves some request of every variant too few devices with a
+free slot, its memory and its cores (`lacks_headroom`, the engine's own pruning
+test): the engine would refuse, and only a first fit's reason is ever reported.
 
 What is not here: node predicates (the caller passes the nodes that pass them),
 capacity held for nominated pods, and every write (`nominatedNodeName`, the
@@ -47,19 +50,19 @@ DisruptionTarget condition, the deletion, events).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from controller.decide import NoFit, PodAllocation, decide_pod
+from controller.decide import NoFit, decide_pod
 from controller.inventory import Inventory, claim_usage, device_vendor
 from controller.object_state import reservations_of
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.fit import FULL_CARD_CORES
-from dra_driver.engine.model import Device, DeviceUsage
-from dra_driver.engine.policy import parse_gpu_policy
+from dra_driver.engine.model import Device, DeviceUsage, Node
+from dra_driver.engine.policy import GpuPolicy, parse_gpu_policy
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
-from dra_driver.engine.requests import DeviceRequest
+from dra_driver.engine.requests import DeviceRequest, PodRequest
 from dra_driver.engine.vendors import VendorRegistry
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
@@ -71,6 +74,7 @@ MAX_INT32 = 2**31 - 1
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
+_IDLE = DeviceUsage()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,13 +171,18 @@ def plan_preemption(
     wanted = candidates_wanted(len(nodes))
     by_node: dict[str, list[Share]] = {}
     for share in holdings.shares:
-        by_node.setdefault(share.node, []).append(share)
+        on_node = by_node.get(share.node)
+        if on_node is None:
+            by_node[share.node] = [share]
+        else:
+            on_node.append(share)
+    scratch = _Scratch(preemptor, engine, inventory)
     clean: list[NodeVictims] = []
     violating: list[NodeVictims] = []
     statuses: dict[str, int] = {}
     for step in range(len(potential)):
         name = potential[(offset + step) % len(potential)]
-        trial = _NodeTrial(preemptor, engine, inventory, name)
+        trial = _NodeTrial(scratch, engine, name)
         found = select_victims(trial, preemptor.priority, by_node.get(name, []), holdings)
         if isinstance(found, str):
             statuses[found] = statuses.get(found, 0) + 1
@@ -202,11 +211,14 @@ def select_victims(
     shares_of: dict[str, list[int]] = {}
     for index, share in enumerate(shares):
         for uid in share.holders:
-            shares_of.setdefault(uid, []).append(index)
+            held = shares_of.get(uid)
+            if held is None:
+                shares_of[uid] = [index]
+            else:
+                held.append(index)
+    pods = holdings.pods
     lower = [
-        holdings.pods[uid]
-        for uid in shares_of
-        if uid in holdings.pods and holdings.pods[uid].priority < priority
+        pod for uid in shares_of if (pod := pods.get(uid)) is not None and pod.priority < priority
     ]
     if not lower:
         return NO_VICTIMS
@@ -222,14 +234,15 @@ def select_victims(
     for group, violates in ((violating, 1), (others, 0)):
         for pod in group:
             back = [i for i in shares_of[pod.uid] if i in freed]
-            still = freed.difference(back)
-            if back and trial.refusal_with_back(
-                [shares[i] for i in back], [shares[i] for i in still]
+            if not back:
+                continue
+            if not trial.fits_with_back(
+                [shares[i] for i in back], (shares[i] for i in freed if i not in back)
             ):
                 victims.append(pod)
                 violations += violates
                 continue
-            freed = still
+            freed.difference_update(back)
     if violating and others:
         victims.sort(key=_importance)
     if not victims:
@@ -286,25 +299,73 @@ def _importance(pod: Holder) -> tuple[int, float]:
     return -pod.priority, pod.started
 
 
-class _NodeTrial:
-    """Whether the preemptor fits on one node with some shares freed: an engine over
-    that node alone, given the controller engine's usage there minus those shares."""
+class _Scratch:
+    """What the trials of one plan share: one engine whose only node is the one being
+    tried (swapped in per trial rather than an engine built per node), the pod, and
+    what each of its variants lets a trial skip."""
 
-    def __init__(
-        self, preemptor: Preemptor, engine: Engine, inventory: Inventory, node: str
-    ) -> None:
+    def __init__(self, preemptor: Preemptor, engine: Engine, inventory: Inventory) -> None:
+        self.variants = preemptor.variants
+        self.inventory = inventory
+        self.quota = engine.quota
+        self.namespace = preemptor.variants[0].request.namespace if preemptor.variants else ""
+        self.engine = Engine(
+            (),
+            # Each state is judged once: there is nothing to remember refusals for.
+            settings=replace(engine.settings, reason_cache_shapes=0),
+            vendors=engine.vendors,
+            quota=engine.quota,
+        )
+        self._node: str | None = None
+        self._walks: list[tuple[PodVariant, tuple[DeviceRequest, ...] | None, bool]] = []
+        self.needs = tuple(headroom_needs(variant, engine.vendors) for variant in self.variants)
+        """Per variant, the requests the engine's headroom test counts devices for (None
+        when one names a vendor the registry lacks: the engine must say why)."""
+
+    def take(self, node: Node) -> None:
+        """Make `node`, idle, the scratch engine's only node."""
+        if self._node is not None:
+            self.engine.remove_node(self._node)
+        self.engine.set_node(node)
+        self._node = node.name
+
+    def walk_of(self, variant: PodVariant) -> tuple[tuple[DeviceRequest, ...] | None, bool]:
+        """For a fit of `variant`: the requests the shortcut may judge a give-back by
+        (None when it may not), and whether the walk goes least used first (HAMi's plain
+        spread order). Worked out once per variant, when it first fits."""
+        for known, hosted, spread in self._walks:
+            if known is variant:
+                return hosted, spread
+        pod = variant.request
+        policy = parse_gpu_policy(pod.gpu_policy or self.engine.settings.gpu_policy)
+        weights = pod.weights
+        spread = (
+            policy.chain is None
+            and not policy.binpack
+            and not policy.mutex_sort
+            and min(weights.slot, weights.core, weights.memory) >= 0
+        )
+        hosted = _walked_alone(pod, policy, self.engine.vendors)
+        self._walks.append((variant, hosted, spread))
+        return hosted, spread
+
+
+class _NodeTrial:
+    """Whether the preemptor fits on one node with some shares freed: the scratch
+    engine over that node alone, given the controller engine's usage there minus
+    those shares."""
+
+    def __init__(self, scratch: _Scratch, engine: Engine, node: str) -> None:
         state = engine.node_state(node)
         self.node = node
-        self._preemptor = preemptor
-        self._inventory = inventory
-        self._quota = engine.quota
-        self._settings_policy = engine.settings.gpu_policy
-        self._namespace = preemptor.variants[0].request.namespace if preemptor.variants else ""
+        self._scratch = scratch
         self._usage = {
             slot.device.id: DeviceUsage(slot.used, slot.memory, slot.cores, slot.tags)
             for slot in state.slots
         }
         self._fitting = self._usage
+        """The usage of the last fit: a dict of this trial's own once a fit is found."""
+        self._node_devices = state.node.devices
         self._devices = {device.id: device for device in state.node.devices}
         self._placed: frozenset[str] = frozenset()
         """The devices of the last fit's placement."""
@@ -312,29 +373,31 @@ class _NodeTrial:
         """The last fit's requests when the shortcut may judge a give-back, else None."""
         self._spread = False
         """The last fit walked its devices least used first (HAMi's plain spread order)."""
-        self._engine = Engine(
-            [state.node], settings=engine.settings, vendors=engine.vendors, quota=engine.quota
-        )
+        scratch.take(state.node)
 
     def refusal(self, freed: Collection[Share]) -> str | None:
         """None when the pod fits with `freed` released, else the node's reason; a fit
-        becomes the usage that `refusal_with_back` starts from."""
+        becomes the usage that `fits_with_back` starts from."""
         return self._judge(usage_without(self._usage, freed), freed)
 
-    def refusal_with_back(self, back: Iterable[Share], freed: Collection[Share]) -> str | None:
-        """`refusal(freed)` when the last fit freed `freed` and `back` too: only the
-        devices `back` holds are charged again."""
-        usage = dict(self._fitting)
-        touched: set[str] = set()
+    def fits_with_back(self, back: Iterable[Share], freed: Iterable[Share]) -> bool:
+        """Whether the pod still fits when the last fit freed `freed` and `back` too
+        (`refusal(freed)` is None): only the devices `back` holds are charged again.
+        A fit becomes the usage the next give-back starts from."""
+        fitting = self._fitting
+        charged: dict[str, DeviceUsage] = {}
         for share in back:
             for uuid, amount in share.usage.items():
-                if uuid in usage:
-                    usage[uuid] = usage[uuid].plus(amount)
-                    touched.add(uuid)
-        if self.keeps_fit(back, touched, usage):
-            self._fitting = usage
-            return None
-        return self._judge(usage, freed)
+                held = charged.get(uuid, fitting.get(uuid))
+                if held is not None:
+                    charged[uuid] = held.plus(amount)
+        if self.keeps_fit(back, charged.keys(), charged):
+            fitting.update(charged)
+            return True
+        usage = {**fitting, **charged}
+        if self.hopeless(usage):
+            return False
+        return self._judge(usage, freed) is None
 
     def keeps_fit(
         self, back: Iterable[Share], touched: Collection[str], usage: Mapping[str, DeviceUsage]
@@ -348,11 +411,12 @@ class _NodeTrial:
         hosted = self._hosted
         if hosted is None or not self._placed.isdisjoint(touched):
             return False
-        quota = self._quota
+        quota = self._scratch.quota
+        namespace = self._scratch.namespace
         if quota is not None and any(
-            (namespace, vendor) in quota.quotas and namespace == self._namespace
+            (ns, vendor) in quota.quotas and ns == namespace
             for share in back
-            for namespace, vendor, _memory, _cores in share.quota_use
+            for ns, vendor, _memory, _cores in share.quota_use
         ):
             return False
         return self._spread or not any(
@@ -361,48 +425,84 @@ class _NodeTrial:
             for request in hosted
         )
 
-    def _judge(self, usage: dict[str, DeviceUsage], freed: Collection[Share]) -> str | None:
-        self._engine.set_usage(self.node, usage)
-        self._engine.quota = quota_without(self._quota, freed)
-        outcome = decide_pod(
-            self._engine, self._preemptor.variants, self._inventory, (self.node,), {}
-        )
+    def hopeless(self, usage: Mapping[str, DeviceUsage]) -> bool:
+        """Whether the engine would refuse the pod at `usage` whatever else it checks
+        (`lacks_headroom`): its reason is not needed, only that it refuses."""
+        return lacks_headroom(self._node_devices, usage, self._scratch.needs)
+
+    def _judge(self, usage: dict[str, DeviceUsage], freed: Iterable[Share]) -> str | None:
+        scratch = self._scratch
+        scratch.engine.set_usage(self.node, usage)
+        scratch.engine.quota = quota_without(scratch.quota, freed)
+        outcome = decide_pod(scratch.engine, scratch.variants, scratch.inventory, (self.node,), {})
         if isinstance(outcome, NoFit):
             return outcome.reasons.get(self.node, NO_VICTIMS)
         self._fitting = usage
         self._placed = frozenset(
             grant.uuid for container in outcome.placement.containers for grant in container
         )
-        self._hosted = self._walked_alone(outcome)
-        policy = parse_gpu_policy(outcome.variant.request.gpu_policy or self._settings_policy)
-        weights = outcome.variant.request.weights
-        self._spread = (
-            policy.chain is None
-            and not policy.binpack
-            and not policy.mutex_sort
-            and min(weights.slot, weights.core, weights.memory) >= 0
-        )
+        self._hosted, self._spread = scratch.walk_of(outcome.variant)
         return None
 
-    def _walked_alone(self, outcome: PodAllocation) -> tuple[DeviceRequest, ...] | None:
-        """The placement's requests when HAMi's standard Fit judges each of their
-        devices by its own usage alone, else None (the shortcut does not apply)."""
-        pod = outcome.variant.request
-        policy = parse_gpu_policy(pod.gpu_policy or self._settings_policy)
-        requests = tuple(
-            request
-            for container in pod.all_containers
-            for request in container
-            if request.count > 0
-        )
-        vendors = self._engine.vendors
-        for request in requests:
-            vendor = vendors.get(request.vendor)
-            if request.filters.numa_bind or vendor.fit is not None or vendor.charge_slots:
+
+def _walked_alone(
+    pod: PodRequest, policy: GpuPolicy, vendors: VendorRegistry
+) -> tuple[DeviceRequest, ...] | None:
+    """The pod's requests when HAMi's standard Fit judges each of their devices by
+    its own usage alone, else None (the shortcut does not apply)."""
+    requests = tuple(
+        request for container in pod.all_containers for request in container if request.count > 0
+    )
+    for request in requests:
+        vendor = vendors.get(request.vendor)
+        if request.filters.numa_bind or vendor.fit is not None or vendor.charge_slots:
+            return None
+        if policy.topology and vendor.topology_aware:
+            return None
+    return requests
+
+
+def headroom_needs(
+    variant: PodVariant, vendors: VendorRegistry
+) -> tuple[DeviceRequest, ...] | None:
+    """The requests of `variant` that `NodeState.could_fit` counts devices for (those
+    asking for devices, of a vendor without a Fit of its own); None when one names a
+    vendor the registry lacks."""
+    needs: list[DeviceRequest] = []
+    for container in variant.request.all_containers:
+        for request in container:
+            if request.vendor not in vendors:
                 return None
-            if policy.topology and vendor.topology_aware:
-                return None
-        return requests
+            if request.count > 0 and vendors.get(request.vendor).fit is None:
+                needs.append(request)
+    return tuple(needs)
+
+
+def lacks_headroom(
+    devices: Iterable[Device],
+    usage: Mapping[str, DeviceUsage],
+    needs: Iterable[tuple[DeviceRequest, ...] | None],
+) -> bool:
+    """Whether every variant (its `headroom_needs`) fails the engine's own necessary
+    condition for a fit (`NodeState.could_fit`) on a node whose devices are at `usage`
+    (a device it leaves out holds nothing): some request finds fewer devices with a
+    free slot, its memory and its cores than it asks for. The engine then refuses
+    every variant, whatever else it checks."""
+    for variant_needs in needs:
+        if variant_needs is None:
+            return False
+        for request in variant_needs:
+            wanted = request.count
+            for device in devices:
+                if could_host(device, usage.get(device.id, _IDLE), request):
+                    wanted -= 1
+                    if not wanted:
+                        break
+            if wanted:
+                break
+        else:
+            return False
+    return True
 
 
 def could_host(device: Device, usage: DeviceUsage, request: DeviceRequest) -> bool:
@@ -422,22 +522,25 @@ def usage_without(
 ) -> dict[str, DeviceUsage]:
     """A node's per-device usage with the freed shares taken off (one of each of their
     tags removed, as the engine releases a placement)."""
-    result = dict(usage)
+    left: dict[str, tuple[list[int], list[str]]] = {}
     for share in freed:
         for uuid, amount in share.usage.items():
-            held = result.get(uuid)
+            held = left.get(uuid)
             if held is None:
-                continue
-            tags = list(held.tags)
+                was = usage.get(uuid)
+                if was is None:
+                    continue
+                held = left[uuid] = ([was.used, was.memory_mib, was.cores], list(was.tags))
+            counts, tags = held
+            counts[0] = max(counts[0] - amount.used, 0)
+            counts[1] = max(counts[1] - amount.memory_mib, 0)
+            counts[2] = max(counts[2] - amount.cores, 0)
             for tag in amount.tags:
                 if tag in tags:
                     tags.remove(tag)
-            result[uuid] = DeviceUsage(
-                max(held.used - amount.used, 0),
-                max(held.memory_mib - amount.memory_mib, 0),
-                max(held.cores - amount.cores, 0),
-                tuple(tags),
-            )
+    result = dict(usage)
+    for uuid, ((used, memory, cores), tags) in left.items():
+        result[uuid] = DeviceUsage(used, memory, cores, tuple(tags))
     return result
 
 

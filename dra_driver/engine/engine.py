@@ -169,15 +169,16 @@ class NodeState:
             for s in self.slots
             if s.device.healthy and s.used < s.device.count
         ]
-        totals = [0, 0, 0, 0, 0, 0]
+        used = count = cores = all_cores = memory = all_memory = 0
         for slot in self.slots:
-            totals[0] += slot.used
-            totals[1] += slot.device.count
-            totals[2] += slot.cores
-            totals[3] += slot.device.cores
-            totals[4] += slot.memory
-            totals[5] += slot.device.memory_mib
-        self.score = node_score(totals)
+            device = slot.device
+            used += slot.used
+            count += device.count
+            cores += slot.cores
+            all_cores += device.cores
+            memory += slot.memory
+            all_memory += device.memory_mib
+        self.score = node_score((used, count, cores, all_cores, memory, all_memory))
         self.order_key = (self.score, self.node.name)
 
     @property
@@ -295,7 +296,7 @@ class Engine:
         gpu_policy = self._gpu_policy(pod)
         node_policy = parse_node_policy(pod.node_policy or self.settings.node_policy)
         allowed = None if candidates is None else set(candidates)
-        remembered = self._refusals.refusals(self._shape(pod))
+        remembered = self._refusals.refusals(self._shape(pod)) if self._refusals.enabled else None
         judging = explain_all
         judge = PodJudge.for_pod(pod, gpu_policy, self.vendors, self.quota) if judging else None
         failures: dict[str, str] = {}
@@ -303,18 +304,15 @@ class Engine:
         known_reasons: list[str] = []
         pruned: list[NodeState] = []
         chosen: Placement | None = None
-        own_fit = frozenset(
-            request.vendor
-            for container in pod.all_containers
-            for request in container
-            if self.vendors.get(request.vendor).fit is not None
-        )
-        scorers = any(
-            vendor.score is not None or vendor.usage_score is not None
-            for container in pod.all_containers
-            for request in container
-            for vendor in (self.vendors.get(request.vendor),)
-        )
+        own: set[str] = set()
+        scorers = False
+        for container in pod.all_containers:
+            for request in container:
+                vendor = self.vendors.get(request.vendor)
+                if vendor.fit is not None:
+                    own.add(request.vendor)
+                scorers = scorers or vendor.score is not None or vendor.usage_score is not None
+        own_fit = frozenset(own)
         for name in self._preference(node_policy):
             if allowed is not None and name not in allowed:
                 continue

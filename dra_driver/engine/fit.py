@@ -28,6 +28,7 @@ from dra_driver.engine.requests import (
     ContainerRequest,
     DeviceFilters,
     DeviceRequest,
+    ScoringWeights,
 )
 from dra_driver.engine.vendors import FitContext
 
@@ -56,22 +57,20 @@ def uuid_allowed(filters: DeviceFilters, device_id: str) -> bool:
     return device_id not in filters.no_use_uuids
 
 
-def score_device(slot: Slot, container: ContainerRequest, ctx: FitContext) -> float:
-    """HAMi's ComputeScore for this container's requests of the slot's vendor."""
+def score_device(slot: Slot, served: Sequence[DeviceRequest], weights: ScoringWeights) -> float:
+    """HAMi's ComputeScore for the container's requests of the slot's vendor (`served`,
+    those whose vendor matches the device's type)."""
     device = slot.device
     if not device.count or not device.cores or not device.memory_mib:
         return 0.0
     requested = cores = memory = 0
-    for request in container:
-        if not ctx.vendors.get(request.vendor).matches(device.type):
-            continue
+    for request in served:
         requested += 1
         cores += request.cores
         if request.memory_percent not in (0, MEMORY_PERCENT_UNSET):
             memory += device.memory_mib * request.memory_percent // 100
         else:
             memory += request.memory_mib
-    weights = ctx.weights
     return SCORE_WEIGHT * (
         weights.slot * (requested + slot.used) / device.count
         + weights.core * (cores + slot.cores) / device.cores
@@ -90,14 +89,22 @@ def fit_container(
     Returns the grants, or None and HAMi's reason. `earlier` holds the grants
     of this pod's previous containers on this node (they count against quota).
     """
+    adapters = [(request, ctx.vendors.get(request.vendor)) for request in container]
+    # Per device type, the requests whose vendor it matches: found once per type.
+    served_by_type: dict[str, tuple[DeviceRequest, ...]] = {}
     for slot in slots:
-        slot.score = score_device(slot, container, ctx)
+        served = served_by_type.get(slot.device.type)
+        if served is None:
+            served = served_by_type[slot.device.type] = tuple(
+                request for request, vendor in adapters if vendor.matches(slot.device.type)
+            )
+        slot.score = score_device(slot, served, ctx.weights)
     granted: list[Grant] = []
     for request in sorted(container, key=lambda r: r.vendor):
         vendor = ctx.vendors.get(request.vendor)
         key = device_sort_key(ctx.policy, request.filters.numa_bind)
         ordered = sorted(
-            (slot for slot in slots if vendor.matches(slot.device.type)),
+            (slot for slot in slots if request in served_by_type[slot.device.type]),
             key=lambda s: key((s.score, s.device.numa, s.used, s.device.index)),
         )
         if request.count > len(ordered):

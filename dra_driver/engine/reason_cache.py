@@ -24,6 +24,11 @@ class ReasonCache:
         self._capacity = shapes
         self._by_shape: OrderedDict[Hashable, NodeRefusals] = OrderedDict()
 
+    @property
+    def enabled(self) -> bool:
+        """Whether anything is remembered (a capacity of 0 shapes turns it off)."""
+        return self._capacity > 0
+
     def refusals(self, shape: Hashable) -> NodeRefusals | None:
         """The refusals kept for `shape` (to read and add to); None when disabled."""
         if self._capacity <= 0:
