@@ -20,7 +20,8 @@ import statistics
 import time
 
 from controller.inventory import build_inventory
-from controller.preemption import Holder, Holdings, NodeVictims, Preemptor, Share, plan_preemption
+from controller.preemption import Holder, Holdings, NodeVictims, Preemptor, plan_preemption
+from controller.preemption_shares import Share
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage

@@ -66,10 +66,9 @@ from controller.preemption import (
     NodeVictims,
     NoPreemption,
     Preemptor,
-    Share,
-    claim_shares,
     plan_preemption,
 )
+from controller.preemption_shares import Share, claim_shares
 from controller.requests import PodVariant
 from controller.work_queue import WorkQueue
 from dra_driver.errors import DriverError

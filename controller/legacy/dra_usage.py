@@ -41,7 +41,7 @@ from controller.mixed_usage import (
     over_commits,
 )
 from controller.object_state import reservations_of
-from controller.preemption import Share, claim_shares
+from controller.preemption_shares import Share, claim_shares
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry

@@ -46,7 +46,8 @@ from controller.legacy.cluster import ClusterState
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, is_terminated, pod_uid
 from controller.legacy.preempt_victims import added_victims
-from controller.preemption import PREEMPT_NEVER, Share, quota_without, usage_without
+from controller.preemption import PREEMPT_NEVER
+from controller.preemption_shares import Share, quota_without, usage_without
 from dra_driver.engine.engine import Engine, vendor_totals
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.requests import PodRequest

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 
-from controller.preemption import Share
+from controller.preemption_shares import Share
 
 Fits = Callable[[Sequence[Share]], bool]
 """Whether the preemptor fits on the node with these shares given back."""

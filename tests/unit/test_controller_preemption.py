@@ -20,12 +20,11 @@ from controller.preemption import (
     NodeVictims,
     NoPreemption,
     Preemptor,
-    Share,
     candidates_wanted,
-    claim_shares,
     pick_node,
     plan_preemption,
 )
+from controller.preemption_shares import Share, claim_shares
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage

@@ -22,11 +22,9 @@ from controller.preemption import (
     Holdings,
     NodeVictims,
     Preemptor,
-    Share,
     plan_preemption,
-    quota_without,
-    usage_without,
 )
+from controller.preemption_shares import Share, quota_without, usage_without
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.model import DeviceUsage

@@ -12,7 +12,7 @@ from typing import Any
 from controller.inventory import build_inventory
 from controller.legacy.dra_usage import reserved_shares
 from controller.legacy.preempt_victims import Fits, added_victims, freed_by
-from controller.preemption import Share
+from controller.preemption_shares import Share
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.vendors import VendorRegistry
 
