@@ -360,7 +360,7 @@ class Controller:
             message = bounded_message(with_holders(outcome.message, holders))
             news = self._refuse(key, pod, unallocated, FILTERING_FAILED, message)
             if not key.startswith(STANDALONE):
-                self.preemptions.consider(key, pod, variants, candidates, news)
+                self.preemptions.consider(key, pod, variants, candidates, refused, news)
             return
         self._commit(key, pod, unallocated, outcome)
 

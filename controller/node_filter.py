@@ -22,7 +22,17 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from dra_driver.objects.node_predicates import node_refusal, pod_resource_requests, requests_total
+from dra_driver.objects.node_predicates import (
+    INSUFFICIENT,
+    TOO_MANY_PODS,
+    NodeRoom,
+    node_allocatable,
+    node_refusal,
+    placement_refusal,
+    pod_resource_requests,
+    requests_total,
+    resource_fit,
+)
 
 CLAIM_NOT_ON_NODE = "resourceclaim not available on the node"
 NODE_NOT_FOUND = "node not found"
@@ -106,6 +116,34 @@ class NodeFilter:
                 else:
                     refused[name] = reason
         return candidates, refused
+
+    def rooms(self, pod: Mapping[str, Any], refused: Mapping[str, str]) -> dict[str, NodeRoom]:
+        """The nodes in `refused` that only lack room (pods, cpu, memory, ...) which
+        removing pods bound there could give, each with what NodeResourcesFit reads of
+        it: preemption judges them with its victims gone, as kube-scheduler does."""
+        requested = pod_resource_requests(pod)
+        rooms: dict[str, NodeRoom] = {}
+        for name, reason in refused.items():
+            if reason != TOO_MANY_PODS and not reason.startswith(INSUFFICIENT):
+                continue
+            node = self._node_of(name)
+            if node is None or placement_refusal(pod, node) is not None:
+                continue
+            count, used = self._usage(name)
+            allocatable = node_allocatable(node)
+            short, resolvable = resource_fit(
+                requested, allocatable, used, count, self._dra_resources
+            )
+            if not short or not resolvable:
+                continue
+            bound = (self._pod_of(key) for key in self._node_pods.get(name, ()))
+            requests = {
+                str(other["metadata"].get("uid")): pod_resource_requests(other)
+                for other in bound
+                if other is not None
+            }
+            rooms[name] = NodeRoom(allocatable, used, count, requests, self._dra_resources)
+        return rooms
 
     def forget_memos(self) -> None:
         """Drop every memoized usage and refusal: they are rebuilt on demand. A set or

@@ -42,15 +42,23 @@ engine when its usage leaves some request of every variant too few devices with 
 free slot, its memory and its cores (`lacks_headroom`, the engine's own pruning
 test): the engine would refuse, and only a first fit's reason is ever reported.
 
-What is not here: node predicates (the caller passes the nodes that pass them),
-capacity held for nominated pods, and every write (`nominatedNodeName`, the
+Node predicates: the caller passes the nodes that pass them as they stand, and
+those that would pass only with pods bound there removed (`Holdings.rooms`: too
+many pods, too little cpu or memory). On the latter, as kube-scheduler runs
+every filter in its dry run, the pod must also fit NodeResourcesFit with all
+lower-priority holders gone, and a holder whose return leaves too little room
+is a victim even if its share frees nothing the GPU needs.
+
+What is not here: capacity held for nominated pods, and every write (`nominatedNodeName`, the
 DisruptionTarget condition, the deletion, events).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from types import MappingProxyType
 
 from controller.decide import NoFit, decide_pod
 from controller.inventory import Inventory
@@ -62,6 +70,7 @@ from dra_driver.engine.model import Device, DeviceUsage, Node
 from dra_driver.engine.policy import GpuPolicy, parse_gpu_policy
 from dra_driver.engine.requests import DeviceRequest, PodRequest
 from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.objects.node_predicates import NodeRoom
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
 PREEMPT_NEVER = "Never"
@@ -73,6 +82,7 @@ NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
 _IDLE = DeviceUsage()
+EMPTY_REQUESTS: Mapping[str, Decimal] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +115,10 @@ class Holdings:
     pods: Mapping[str, Holder]
     shares: Sequence[Share]
     budgets: Sequence[DisruptionBudget] = ()
+    rooms: Mapping[str, NodeRoom] = field(default_factory=dict)
+    """The nodes that pass the pod's node predicates only once pods bound there are
+    removed (pods, cpu, memory), with what NodeResourcesFit reads of each; every
+    other node in the plan passes them as it stands."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +128,8 @@ class Preemptor:
     priority: int
     variants: Sequence[PodVariant]
     policy: str = PREEMPT_LOWER_PRIORITY
+    requests: Mapping[str, Decimal] = field(default_factory=dict)
+    """Its effective resource requests, judged against `Holdings.rooms`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +183,9 @@ def plan_preemption(
     for step in range(len(potential)):
         name = potential[(offset + step) % len(potential)]
         trial = _NodeTrial(scratch, engine, name)
-        found = select_victims(trial, preemptor.priority, by_node.get(name, []), holdings)
+        found = select_victims(
+            trial, preemptor.priority, by_node.get(name, []), holdings, preemptor.requests
+        )
         if isinstance(found, str):
             statuses[found] = statuses.get(found, 0) + 1
             continue
@@ -188,10 +206,16 @@ def candidates_wanted(nodes: int) -> int:
 
 
 def select_victims(
-    trial: _NodeTrial, priority: int, shares: Sequence[Share], holdings: Holdings
+    trial: _NodeTrial,
+    priority: int,
+    shares: Sequence[Share],
+    holdings: Holdings,
+    requested: Mapping[str, Decimal] = EMPTY_REQUESTS,
 ) -> NodeVictims | str:
     """SelectVictimsOnNode over one node's shares, or the node's status when it is no
-    candidate (no lower-priority holder, or no fit even with all of them gone)."""
+    candidate (no lower-priority holder, or no fit even with all of them gone). On a
+    node of `holdings.rooms` a pod given back must also leave room for `requested`
+    (the pod's own requests), as every filter is run again on a reprieve."""
     shares_of: dict[str, list[int]] = {}
     for index, share in enumerate(shares):
         for uid in share.holders:
@@ -207,6 +231,9 @@ def select_victims(
     if not lower:
         return NO_VICTIMS
     removed = {pod.uid for pod in lower}
+    room = holdings.rooms.get(trial.node)
+    if room is not None and (short := room.refusal_without(requested, removed)) is not None:
+        return short
     freed = {i for i, share in enumerate(shares) if share.holders <= removed}
     refusal = trial.refusal([shares[i] for i in freed])
     if refusal is not None:
@@ -218,11 +245,15 @@ def select_victims(
     for group, violates in ((violating, 1), (others, 0)):
         for pod in group:
             back = [i for i in shares_of[pod.uid] if i in freed]
-            if not back:
-                continue
-            if not trial.fits_with_back(
-                [shares[i] for i in back], (shares[i] for i in freed if i not in back)
+            if room is not None:
+                removed.discard(pod.uid)
+            if (room is not None and room.refusal_without(requested, removed) is not None) or (
+                back
+                and not trial.fits_with_back(
+                    [shares[i] for i in back], (shares[i] for i in freed if i not in back)
+                )
             ):
+                removed.add(pod.uid)
                 victims.append(pod)
                 violations += violates
                 continue

@@ -51,7 +51,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from controller.cluster_view import ClusterView
@@ -84,6 +84,7 @@ from dra_driver.kube.rest import (
     object_path,
 )
 from dra_driver.objects.api_time import api_seconds, api_time
+from dra_driver.objects.node_predicates import pod_resource_requests
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.objects.pod_scheduling import pod_priority, preemption_policy
 
@@ -217,9 +218,11 @@ class Preemptions:
         pod: Mapping[str, Any],
         variants: Sequence[PodVariant],
         nodes: Sequence[str],
+        refused: Mapping[str, str],
         news: bool,
     ) -> None:
-        """The pod fit on none of `nodes` (its candidates): preempt for it if that helps.
+        """The pod fit on none of `nodes` (its candidates): preempt for it if that helps,
+        there or on a node of `refused` that only lacks room pods there could give.
         `news`: the refusal is the first since the view changed."""
         if not news or self.queue.in_flight(key):
             return
@@ -233,12 +236,16 @@ class Preemptions:
         if nominated and cluster.terminating.get(nominated, priority) < priority:
             self.metrics.preemption_attempts.labels(WAITING).inc()
             return
+        rooms = self.view.node_filter.rooms(pod, refused)
+        if rooms:
+            tried = set(nodes).union(rooms)
+            nodes = [name for name in self.view.inventory.nodes if name in tried]
         plan = plan_preemption(
-            Preemptor(priority, variants, policy),
+            Preemptor(priority, variants, policy, pod_resource_requests(pod)),
             self.view.engine,
             self.view.inventory,
             nodes,
-            cluster.holdings,
+            replace(cluster.holdings, rooms=rooms),
             random.randrange(len(nodes)) if nodes else 0,
         )
         if isinstance(plan, NoPreemption):

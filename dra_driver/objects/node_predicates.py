@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -34,6 +35,8 @@ NODE_UNSCHEDULABLE = "node(s) were unschedulable"
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 NODE_NAME_MISMATCH = "node(s) didn't match the requested node name"
 TOO_MANY_PODS = "Too many pods"
+INSUFFICIENT = "Insufficient "
+"""How every other NodeResourcesFit reason starts (then the resource's name)."""
 SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEVICE_CLASS_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
@@ -109,7 +112,7 @@ def resource_fit(
             continue
         total = allocatable.get(name, Decimal(0))
         if amount > total - used.get(name, Decimal(0)):
-            reasons.append(f"Insufficient {name}")
+            reasons.append(f"{INSUFFICIENT}{name}")
             unresolvable = unresolvable or amount > total
     return tuple(reasons), not unresolvable
 
@@ -230,6 +233,17 @@ def node_refusal(
     `requested` is `pod_resource_requests(pod)` when the caller has it already;
     `dra_resources` the names DeviceClasses answer to (`dra_extended_resources`).
     """
+    reason = placement_refusal(pod, node)
+    if reason is not None:
+        return reason
+    wanted = pod_resource_requests(pod) if requested is None else requested
+    reasons, _ = resource_fit(wanted, node_allocatable(node), used, pods_on_node, dra_resources)
+    return reasons[0] if reasons else None
+
+
+def placement_refusal(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """The predicates no other pod's removal changes (node name, unschedulable, taints,
+    selector and required affinity): why the pod may never go to `node`, or None."""
     spec = pod.get("spec") or {}
     name = node["metadata"]["name"]
     if spec.get("nodeName") and spec["nodeName"] != name:
@@ -248,8 +262,39 @@ def node_refusal(
     required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
     if required and not node_selector_matches(node, required):
         return SELECTOR_MISMATCH
+    return None
+
+
+def node_allocatable(node: Mapping[str, Any]) -> dict[str, Decimal]:
     listed = (node.get("status") or {}).get("allocatable") or {}
-    allocatable = {name: _amount(quantity) for name, quantity in listed.items()}
-    wanted = pod_resource_requests(pod) if requested is None else requested
-    reasons, _ = resource_fit(wanted, allocatable, used, pods_on_node, dra_resources)
-    return reasons[0] if reasons else None
+    return {name: _amount(quantity) for name, quantity in listed.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """What NodeResourcesFit reads of one node, to judge a pod there as if some of the
+    pods bound to it were gone (preemption's dry run, kube-scheduler's
+    `SelectVictimsOnNode` removing and returning pods)."""
+
+    allocatable: Mapping[str, Decimal]
+    used: Mapping[str, Decimal]
+    """What the node's pods request together, victims included."""
+    pods: int
+    pod_requests: Mapping[str, Mapping[str, Decimal]]
+    """Each bound pod's effective requests by uid: what its removal gives back."""
+    dra_resources: frozenset[str] = frozenset()
+
+    def refusal_without(self, requested: Mapping[str, Decimal], gone: Iterable[str]) -> str | None:
+        """Why the pod does not fit with the pods of these uids removed (a uid not bound
+        here frees nothing), or None."""
+        used = dict(self.used)
+        count = self.pods
+        for uid in gone:
+            requests = self.pod_requests.get(uid)
+            if requests is None:
+                continue
+            count -= 1
+            for name, amount in requests.items():
+                used[name] = used.get(name, Decimal(0)) - amount
+        reasons, _ = resource_fit(requested, self.allocatable, used, count, self.dra_resources)
+        return reasons[0] if reasons else None

@@ -17,6 +17,7 @@ from controller_cluster import (
     cluster,
     controller,
     request,
+    scheduler,
 )
 from prometheus_client import CollectorRegistry
 
@@ -150,3 +151,29 @@ async def test_a_pod_too_big_for_any_gpu_preempts_nothing(tmp_path: Path) -> Non
             assert not pod(c, "huge")["status"].get("nominatedNodeName")
             assert "Preempting" not in {e.get("reason") for e in c.events.store.values()}
             assert "memory" in refused["message"].lower()
+
+
+async def test_a_node_short_of_cpu_preempts_only_the_holder_whose_cpu_it_needs(
+    tmp_path: Path,
+) -> None:
+    """A node of 4 cpu: two priority-0 pods bound there take 2 cpu each and 20 GiB of
+    the GPU each. The high-priority pod asks 2 cpu and 20 GiB: the GPU has room, the
+    node has no cpu, so the node fails NodeResourcesFit as it stands; with one holder
+    gone it fits, so exactly one is preempted and the pod lands there once it is."""
+    async with cluster(tmp_path) as c:
+        await c.add_class()
+        await c.add_node("node-a", 1, cpu="4")
+        await c.add_priority_class(HIGH, 1000)
+        async with controller(c.client, FAST), scheduler(c, tmp_path):
+            for name in LOWS[:2]:
+                await c.add_pod_with_claim(name, SHARE, cpu="2")
+                assert await c.wait_bound(name) == "node-a"
+            await c.add_pod_with_claim("high", SHARE, cpu="2", priorityClassName=HIGH)
+            preempting = await c.wait_event("high", "Preempting")
+            await c.pods.wait_for(lambda store: len(terminating(c)) == 1)
+            [victim] = terminating(c)
+            assert f"{NAMESPACE}/{victim}" in preempting["message"]
+            assert pod(c, "high")["status"]["nominatedNodeName"] == "node-a"
+            await c.client.delete(f"{PODS}/{victim}", grace_period_seconds=0)
+            assert await c.wait_bound("high") == "node-a"
+            assert len(events(c, "Preempted")) == 1

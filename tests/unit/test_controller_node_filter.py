@@ -151,3 +151,38 @@ def test_forgotten_memos_are_built_again_from_the_pods() -> None:
     nodes.forget_memos()
     assert refusal(nodes, pod(cpu="2")) == "Insufficient cpu"
     assert lookups.pod_reads == reads + 1, "the node's pods are read again"
+
+
+def test_rooms_are_the_nodes_that_only_lack_what_removing_pods_gives() -> None:
+    """Preemption's dry run judges these nodes with its victims gone; a node refused for
+    a placement predicate, or asked for more than its whole allocatable, is none."""
+    lookups = Lookups()
+    nodes = NodeFilter(lookups.pod_of, lookups.node_of)
+    for index, name in enumerate(("ns/p1", "ns/p2")):
+        lookups.pods[name] = {**pod(cpu="2"), "metadata": {"name": name, "uid": f"uid-{index}"}}
+        nodes.place(name, "node-a")
+    wanting = pod(cpu="1")
+    _, refused = nodes.candidates(wanting, ["node-a"], (), ())
+    assert refused == {"node-a": "Insufficient cpu"}
+    room = nodes.rooms(wanting, refused)["node-a"]
+    assert room.refusal_without({"cpu": Decimal(1)}, []) == "Insufficient cpu"
+    assert room.refusal_without({"cpu": Decimal(1)}, ["uid-0"]) is None
+    assert room.refusal_without({"cpu": Decimal(3)}, ["uid-0"]) == "Insufficient cpu"
+    assert room.refusal_without({"cpu": Decimal(1)}, ["not-bound-here"]) == "Insufficient cpu"
+    assert nodes.rooms(pod(cpu="5"), {"node-a": "Insufficient cpu"}) == {}
+    selective = pod(cpu="1", nodeSelector={"zone": "b"})
+    assert nodes.rooms(selective, {"node-a": "Insufficient cpu"}) == {}
+    assert nodes.rooms(wanting, {"node-a": "node(s) were unschedulable"}) == {}
+
+
+def test_a_room_counts_the_pods_a_removal_frees() -> None:
+    lookups = Lookups()
+    nodes = NodeFilter(lookups.pod_of, lookups.node_of)
+    for index in range(3):
+        name = f"ns/p{index}"
+        lookups.pods[name] = {**pod(cpu="0"), "metadata": {"name": name, "uid": f"uid-{index}"}}
+        nodes.place(name, "node-a")
+    _, refused = nodes.candidates(pod(cpu="0"), ["node-a"], (), ())
+    assert refused == {"node-a": "Too many pods"}
+    room = nodes.rooms(pod(cpu="0"), refused)["node-a"]
+    assert room.refusal_without({}, ["uid-2"]) is None

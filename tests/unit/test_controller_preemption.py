@@ -7,6 +7,8 @@ GPU. The expected victims are worked out in each test's docstring.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from controller.inventory import build_inventory
@@ -31,6 +33,7 @@ from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.requests import DeviceFilters, DeviceRequest, PodRequest
 from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.objects.node_predicates import NodeRoom
 
 DRIVER = "vgpu.hami.io"
 GIB = 1024
@@ -380,3 +383,46 @@ def test_the_search_goes_on_until_a_candidate_violates_no_budget() -> None:
     world = World(nodes, shares)
     plan = world.plan(wants(16), [pod(s.key) for s in shares], [budget])
     assert victims(plan) == ("n120", ["p120"])
+
+
+def cpu_room(cpu: int, bound: dict[str, int], pods: int = 110) -> NodeRoom:
+    """A node of `cpu` cores whose bound pods (uid -> cores) leave it short."""
+    requests = {uid: {"cpu": Decimal(cores)} for uid, cores in bound.items()}
+    used = {"cpu": Decimal(sum(bound.values()))}
+    return NodeRoom({"cpu": Decimal(cpu), "pods": Decimal(pods)}, used, len(bound), requests)
+
+
+def test_a_node_short_of_cpu_is_judged_with_its_victims_gone() -> None:
+    """The GPU has room (a, b hold 8 GiB each of 24), but the node's 4 cores are taken
+    (a 2, b 2) and the pod asks 2: all gone, it fits; a back (earliest): cpu 2 of 4
+    used, 2 left, kept; b back: 4 used, b is a victim, though its share frees nothing
+    the GPU needs."""
+    world = World({"n1": [gpu(0)]}, [share("a", "n1", {0: 8}, "a"), share("b", "n1", {0: 8}, "b")])
+    preemptor = replace(wants(8), requests={"cpu": Decimal(2)})
+    holders = [pod("a", started=1), pod("b", started=2)]
+    room = cpu_room(4, {"a": 2, "b": 2})
+    holdings = Holdings({p.uid: p for p in holders}, world.shares, (), {"n1": room})
+    plan = plan_preemption(preemptor, world.engine, world.inventory, ["n1"], holdings)
+    assert victims(plan) == ("n1", ["b"])
+
+
+def test_a_node_where_even_all_victims_gone_leave_too_little_cpu_is_no_candidate() -> None:
+    """Only a may go (b outranks the pod): 2 of 4 cores free is less than 3."""
+    world = World({"n1": [gpu(0)]}, [share("a", "n1", {0: 8}, "a"), share("b", "n1", {0: 8}, "b")])
+    preemptor = replace(wants(8, priority=10), requests={"cpu": Decimal(3)})
+    holders = [pod("a", 0, started=1), pod("b", 100, started=2)]
+    room = cpu_room(4, {"a": 2, "b": 2})
+    holdings = Holdings({p.uid: p for p in holders}, world.shares, (), {"n1": room})
+    plan = plan_preemption(preemptor, world.engine, world.inventory, ["n1"], holdings)
+    assert plan == NoPreemption("0/1 nodes are available: 1 Insufficient cpu.")
+
+
+def test_a_node_out_of_pod_slots_needs_one_pod_gone() -> None:
+    """Pod count 2 of 2; the GPU needs nothing freed, so the most important (a) is
+    reprieved and only b goes, for the slot."""
+    world = World({"n1": [gpu(0)]}, [share("a", "n1", {0: 4}, "a"), share("b", "n1", {0: 4}, "b")])
+    holders = [pod("a", started=1), pod("b", started=2)]
+    room = cpu_room(8, {"a": 0, "b": 0}, pods=2)
+    holdings = Holdings({p.uid: p for p in holders}, world.shares, (), {"n1": room})
+    plan = plan_preemption(wants(8), world.engine, world.inventory, ["n1"], holdings)
+    assert victims(plan) == ("n1", ["b"])
