@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,7 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from api.quantity import QuantityError, to_bytes_ceil
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_vendors import NVIDIA, dra_vendor
+from dra_driver.objects.mig_profiles import CARDS, mig_card
 from kubeletplugin.gpu_topology import MAX_NVLINKS, GpuLink, P2PLevel
+from kubeletplugin.mig_mock import MockMigDevice
+from kubeletplugin.mig_nvml import read_mig
+from kubeletplugin.mig_state import MigError, MigState
 from kubeletplugin.nvml_topology import NvmlGpu, read_links
 from libvgpu.host_gpus import nvml_text
 
@@ -48,6 +52,8 @@ class GpuInfo:
     drm_render: int | None = None
     """AMD: the number of its `/dev/dri/renderD<N>` node (`minor` is its `card<N>`); None
     for other families, or when amdsmi and sysfs could not tell."""
+    mig: MigState = field(default_factory=MigState)
+    """NVIDIA: its MIG mode, profiles and MIG devices; the default is a card without MIG."""
 
 
 class GpuBackend(Protocol):
@@ -85,6 +91,31 @@ class MockLink(BaseModel):
     )
 
 
+class MockMigInstance(BaseModel):
+    """A MIG device present when the mock starts: a GPU instance with one full compute
+    instance, as an administrator's static layout leaves it."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    profile: str = Field(min_length=1, description="Profile name, e.g. `3g.40gb`.")
+    start: int | None = Field(
+        None, ge=0, description="First memory slice; unset = the first free placement."
+    )
+
+
+class MockMig(BaseModel):
+    """The card's MIG side. The card's product and memory pick NVIDIA's profile table
+    (A100 40/80GB, H100 80GB, H200 141GB)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    mode: Literal["enabled", "disabled"] = Field("enabled", description="Current MIG mode.")
+    pending: Literal["enabled", "disabled"] | None = Field(
+        None, description="Mode after the next GPU reset; unset = the current mode."
+    )
+    instances: list[MockMigInstance] = Field(default_factory=list)
+
+
 class MockGpu(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -113,6 +144,9 @@ class MockGpu(BaseModel):
             "Links to the other GPUs (PCIe path, NVLink count), as the device plugin reads "
             "them from NVML for `hami.io/node-nvidia-score`; give both directions."
         ),
+    )
+    mig: MockMig | None = Field(
+        None, description="MIG mode and instances; unset = a card without MIG."
     )
 
 
@@ -143,6 +177,10 @@ class MockBackend:
     """
 
     path: Path
+    mig_devices: dict[str, MockMigDevice] = field(default_factory=dict)
+    """Each MIG-mode card's instances by its uuid, kept across discoveries so instances
+    created since (prepare) stay; re-seeded when the file's `mig` for the card changes."""
+    _mig_seeds: dict[str, MockMig] = field(default_factory=dict)
     has_device_nodes = False
 
     def discover(self) -> Sequence[GpuInfo]:
@@ -185,9 +223,43 @@ class MockBackend:
                     unhealthy_reason=gpu.unhealthy_reason,
                     links=tuple(GpuLink(ln.peer, ln.p2p, ln.nvlinks) for ln in gpu.links),
                     vendor=vendor.id,
+                    mig=self._mig(f"{self.path}: gpus[{position}].mig", gpu, memory, cuda),
                 )
             )
         return gpus
+
+    def _mig(self, where: str, gpu: MockGpu, memory: int, cuda: bool) -> MigState:
+        if gpu.mig is None:
+            self.mig_devices.pop(gpu.uuid, None)
+            return MigState()
+        if not cuda:
+            raise InvalidParameterError(where, "MIG is for NVIDIA cards only")
+        if self._mig_seeds.get(gpu.uuid) != gpu.mig or gpu.uuid not in self.mig_devices:
+            self.mig_devices[gpu.uuid] = self._seed(where, gpu, gpu.mig, memory)
+            self._mig_seeds[gpu.uuid] = gpu.mig
+        return self.mig_devices[gpu.uuid].state()
+
+    @staticmethod
+    def _seed(where: str, gpu: MockGpu, mig: MockMig, memory: int) -> MockMigDevice:
+        """A card's device as the file declares it: instances first (made while in MIG
+        mode), then the pending mode, which may refuse new ones until a reset."""
+        product = gpu.product_name or NVIDIA.product
+        card = mig_card(product, memory)
+        if card is None:
+            models = ", ".join(c.model for c in CARDS)
+            raise InvalidParameterError(
+                where, f"{product} ({memory / (1 << 30):g} GiB) has no MIG table; known: {models}"
+            )
+        enabled = mig.mode == "enabled"
+        device = MockMigDevice(gpu.uuid, card, enabled=enabled, pending_enabled=enabled)
+        for number, instance in enumerate(mig.instances):
+            try:
+                gi = device.create_gpu_instance(instance.profile, instance.start)
+                device.create_compute_instance(gi)
+            except MigError as error:
+                raise InvalidParameterError(f"{where}.instances[{number}]", str(error)) from None
+        device.pending_enabled = enabled if mig.pending is None else mig.pending == "enabled"
+        return device
 
 
 @dataclass(slots=True)
@@ -218,13 +290,15 @@ class NvmlBackend:
                 bus_id = nvml_text(nvml.nvmlDeviceGetPciInfo(handle).busId)
                 handles.append(NvmlGpu(uuid, handle, bus_id))
                 major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+                product = nvml_text(nvml.nvmlDeviceGetName(handle))
+                memory = int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
                 gpus.append(
                     GpuInfo(
                         uuid=uuid,
                         index=index,
                         minor=nvml.nvmlDeviceGetMinorNumber(handle),
-                        product_name=nvml_text(nvml.nvmlDeviceGetName(handle)),
-                        memory_bytes=int(nvml.nvmlDeviceGetMemoryInfo(handle).total),
+                        product_name=product,
+                        memory_bytes=memory,
                         numa_node=self._numa(handle, bus_id),
                         pci_bus_id=bus_id,
                         driver_version=driver,
@@ -232,6 +306,7 @@ class NvmlBackend:
                         compute_capability=f"{major}.{minor_cc}",
                         healthy=uuid not in self.unhealthy,
                         unhealthy_reason=self.unhealthy.get(uuid, ""),
+                        mig=read_mig(nvml, handle, mig_card(product, memory)),
                     )
                 )
             if not self.read_topology:

@@ -1,0 +1,152 @@
+"""A card's MIG side through NVML: mode, GPU-instance profiles with their placements,
+and the GPU and compute instances present.
+
+`nvml` is the pynvml module or a stand-in with its API. The listing calls take
+ctypes arrays and a count by reference, as pynvml's wrappers pass them straight
+to the C library, so the arrays are built from the module's own structure types.
+A card whose `nvmlDeviceGetMigMode` answers NOT_SUPPORTED (or a module without
+that call) is not MIG capable and reads as `MigState()`. Only a card whose current
+mode is MIG has its profiles and instances read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from dra_driver.objects.mig_profiles import MigCard, MigProfile, Placement
+from kubeletplugin.mig_state import MigInstance, MigState
+from libvgpu.host_gpus import nvml_text
+
+NVML_DEVICE_MIG_ENABLE = 1
+GPU_INSTANCE_PROFILE_COUNT = 0x12
+"""`NVML_GPU_INSTANCE_PROFILE_COUNT` of nvml.h 13.x, when the module lacks it."""
+COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
+COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
+
+
+def read_mig(nvml: Any, handle: Any, card: MigCard | None = None) -> MigState:
+    """The card's MIG state; `card` (NVIDIA's table for its model) names profiles when
+    the driver's profile info carries no name."""
+    get_mode = getattr(nvml, "nvmlDeviceGetMigMode", None)
+    if get_mode is None:
+        return MigState()
+    try:
+        current, pending = get_mode(handle)
+    except nvml.NVMLError as error:
+        if isinstance(error, getattr(nvml, "NVMLError_NotSupported", nvml.NVMLError)):
+            return MigState()
+        raise
+    enabled = current == NVML_DEVICE_MIG_ENABLE
+    pending_enabled = pending == NVML_DEVICE_MIG_ENABLE
+    if not enabled:
+        return MigState(capable=True, enabled=False, pending_enabled=pending_enabled)
+    uuids = _mig_uuids(nvml, handle)
+    profiles: list[MigProfile] = []
+    instances: list[MigInstance] = []
+    empty: list[tuple[int, str, Placement]] = []
+    count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", GPU_INSTANCE_PROFILE_COUNT))
+    for nvml_profile in range(count):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile)
+        except nvml.NVMLError:
+            continue
+        placements = _placements(nvml, handle, info.id)
+        profile = MigProfile(
+            name=_profile_name(info, card),
+            nvml_profile=nvml_profile,
+            profile_id=int(info.id),
+            compute_slices=int(info.sliceCount),
+            memory_slices=placements[0].size if placements else 0,
+            memory_mib=int(info.memorySizeMB),
+            multiprocessors=int(info.multiprocessorCount),
+            max_instances=int(info.instanceCount),
+            placements=placements,
+        )
+        profiles.append(profile)
+        for gpu_instance in _gpu_instances(nvml, handle, info):
+            gi = nvml.nvmlGpuInstanceGetInfo(gpu_instance)
+            placement = Placement(int(gi.placement.start), int(gi.placement.size))
+            computes = _compute_instance_ids(nvml, gpu_instance)
+            if not computes:
+                empty.append((int(gi.id), profile.name, placement))
+            instances.extend(
+                MigInstance(
+                    int(gi.id), ci, profile.name, placement, uuids.get((int(gi.id), ci), "")
+                )
+                for ci in computes
+            )
+    return MigState(
+        capable=True,
+        enabled=True,
+        pending_enabled=pending_enabled,
+        profiles=tuple(profiles),
+        instances=tuple(sorted(instances, key=lambda i: (i.placement, i.compute_instance_id))),
+        empty_gpu_instances=tuple(sorted(empty, key=lambda e: e[2])),
+    )
+
+
+def _profile_name(info: Any, card: MigCard | None) -> str:
+    name = nvml_text(getattr(info, "name", b"") or b"").removeprefix("MIG ").strip()
+    if name:
+        return name
+    known = card.profile_by_id(int(info.id)) if card is not None else None
+    if known is not None:
+        return known.name
+    return f"{info.sliceCount}g.{round(info.memorySizeMB / 1024)}gb"
+
+
+def _placements(nvml: Any, handle: Any, profile_id: int) -> tuple[Placement, ...]:
+    count = ctypes.c_uint(0)
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    if count.value == 0:
+        return ()
+    array = (nvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    nvml.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return tuple(Placement(int(p.start), int(p.size)) for p in array[: count.value])
+
+
+def _gpu_instances(nvml: Any, handle: Any, info: Any) -> list[Any]:
+    if info.instanceCount == 0:
+        return []
+    count = ctypes.c_uint(0)
+    array = (nvml.c_nvmlGpuInstance_t * info.instanceCount)()
+    nvml.nvmlDeviceGetGpuInstances(handle, info.id, array, ctypes.byref(count))
+    return list(array[: count.value])
+
+
+def _compute_instance_ids(nvml: Any, gpu_instance: Any) -> list[int]:
+    ids: list[int] = []
+    count_of = int(
+        getattr(nvml, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", COMPUTE_INSTANCE_PROFILE_COUNT)
+    )
+    for ci_profile in range(count_of):
+        try:
+            info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                gpu_instance, ci_profile, COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+            )
+        except nvml.NVMLError:
+            continue
+        if info.instanceCount == 0:
+            continue
+        count = ctypes.c_uint(0)
+        array = (nvml.c_nvmlComputeInstance_t * info.instanceCount)()
+        nvml.nvmlGpuInstanceGetComputeInstances(gpu_instance, info.id, array, ctypes.byref(count))
+        ids.extend(int(nvml.nvmlComputeInstanceGetInfo(ci).id) for ci in array[: count.value])
+    return sorted(ids)
+
+
+def _mig_uuids(nvml: Any, handle: Any) -> dict[tuple[int, int], str]:
+    """(GPU instance id, compute instance id) -> MIG device uuid, from the MIG device handles."""
+    uuids: dict[tuple[int, int], str] = {}
+    for index in range(int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, index)
+        except nvml.NVMLError:
+            continue
+        key = (
+            int(nvml.nvmlDeviceGetGpuInstanceId(mig)),
+            int(nvml.nvmlDeviceGetComputeInstanceId(mig)),
+        )
+        uuids[key] = nvml_text(nvml.nvmlDeviceGetUUID(mig))
+    return uuids
