@@ -44,6 +44,16 @@ class _GpuInstance:
     """Compute instance id -> its compute slices."""
 
 
+@dataclass(frozen=True, slots=True)
+class GpuInstanceView:
+    """A GPU instance as listed: its compute instances as (id, compute slices)."""
+
+    id: int
+    profile: MigProfile
+    placement: Placement
+    compute: tuple[tuple[int, int], ...]
+
+
 @dataclass(slots=True)
 class MockMigDevice:
     """A MIG-capable card: its mode and its GPU and compute instances."""
@@ -135,23 +145,28 @@ class MockMigDevice:
             p for p in profile.placements if not any(p.overlaps(gi.placement) for gi in taken)
         )
 
+    def gpu_instances(self) -> tuple[GpuInstanceView, ...]:
+        """The GPU instances by placement."""
+        return tuple(
+            GpuInstanceView(gi.id, gi.profile, gi.placement, tuple(sorted(gi.compute.items())))
+            for gi in sorted(self._gpu_instances.values(), key=lambda g: g.placement)
+        )
+
     def state(self) -> MigState:
-        instances = []
-        empty = []
-        for gi in sorted(self._gpu_instances.values(), key=lambda g: g.placement):
-            if not gi.compute:
-                empty.append((gi.id, gi.profile.name, gi.placement))
-            for ci in sorted(gi.compute):
-                instances.append(
-                    MigInstance(gi.id, ci, gi.profile.name, gi.placement, self.mig_uuid(gi.id, ci))
-                )
+        views = self.gpu_instances()
         return MigState(
             capable=True,
             enabled=self.enabled,
             pending_enabled=self.pending_enabled,
             profiles=self.card.profiles if self.enabled else (),
-            instances=tuple(instances),
-            empty_gpu_instances=tuple(empty),
+            instances=tuple(
+                MigInstance(gi.id, ci, gi.profile.name, gi.placement, self.mig_uuid(gi.id, ci))
+                for gi in views
+                for ci, _ in gi.compute
+            ),
+            empty_gpu_instances=tuple(
+                (gi.id, gi.profile.name, gi.placement) for gi in views if not gi.compute
+            ),
         )
 
     def mig_uuid(self, gpu_instance: int, compute_instance: int) -> str:
