@@ -6,12 +6,13 @@ from __future__ import annotations
 import ctypes
 import warnings
 
+from fake_pynvml import GIB, FakeCard, fake_nvml
+
 from dra_driver.objects.mig_profiles import A100_40GB, H100_80GB, Placement
 from kubeletplugin.gpus import NvmlBackend
 from kubeletplugin.mig_mock import MockMigDevice
 from kubeletplugin.mig_nvml import read_mig
 from kubeletplugin.mig_state import MigState
-from fake_pynvml import GIB, FakeCard, fake_nvml
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", FutureWarning)
