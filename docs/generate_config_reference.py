@@ -115,6 +115,9 @@ def _rows(
     rows = []
     for name, field in (schema.get("properties") or {}).items():
         resolved = field
+        optional = [part for part in field.get("anyOf", ()) if part.get("type") != "null"]
+        if len(optional) == 1 and "$ref" in optional[0]:
+            resolved = definitions[optional[0]["$ref"].rsplit("/", 1)[-1]]
         if "$ref" in field:
             resolved = definitions[field["$ref"].rsplit("/", 1)[-1]]
         description = " ".join(

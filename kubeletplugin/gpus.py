@@ -113,7 +113,11 @@ class MockMig(BaseModel):
     pending: Literal["enabled", "disabled"] | None = Field(
         None, description="Mode after the next GPU reset; unset = the current mode."
     )
-    instances: list[MockMigInstance] = Field(default_factory=list)
+    instances: list[MockMigInstance] = Field(
+        default_factory=list,
+        description="MIG devices present at start (each a GPU instance with one full compute "
+        "instance); only in MIG mode.",
+    )
 
 
 class MockGpu(BaseModel):
