@@ -16,6 +16,7 @@ reach into its modules, which are cut by annotation:
 - `node_lock`: `hami.io/mutex.lock`;
 - `handshake`: `hami.io/node-handshake`;
 - `pair_scores`: `hami.io/node-nvidia-score`, GPU link scores;
+- `mig_allocations`: `hami.io/vgpu-mig-allocations`, the MIG slices reserved;
 - `go_compat`: the Go behaviour they share (strconv, encoding/json) and
   `AnnotationDecodeError`.
 
@@ -59,6 +60,11 @@ from api.hami_annotations.keys import (
     WEBHOOK_LABEL_IGNORE,
     BindPhase,
     DeviceMode,
+)
+from api.hami_annotations.mig_allocations import (
+    MigAllocation,
+    decode_mig_allocations,
+    encode_mig_allocations,
 )
 from api.hami_annotations.node_lock import NodeLock, decode_node_lock, encode_node_lock
 from api.hami_annotations.node_register import (
@@ -110,6 +116,7 @@ __all__ = [
     "DeviceMode",
     "Handshake",
     "HandshakePhase",
+    "MigAllocation",
     "MigPlacement",
     "MigProfile",
     "NodeLock",
@@ -117,6 +124,7 @@ __all__ = [
     "RegisteredDevice",
     "annotation_is_true",
     "decode_handshake",
+    "decode_mig_allocations",
     "decode_node_devices",
     "decode_node_devices_json",
     "decode_node_devices_legacy",
@@ -124,6 +132,7 @@ __all__ = [
     "decode_pair_scores",
     "decode_pod_devices",
     "encode_handshake",
+    "encode_mig_allocations",
     "encode_node_devices",
     "encode_node_lock",
     "encode_pair_scores",

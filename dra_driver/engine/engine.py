@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 
 from dra_driver.engine.fit import FULL_CARD_CORES, fit_container
 from dra_driver.engine.grants import ContainerGrants, Slot
+from dra_driver.engine.mig_fit import MIG_MODE
 from dra_driver.engine.model import DeviceUsage, Node
 from dra_driver.engine.policy import (
     BINPACK,
@@ -107,6 +108,7 @@ class NodeState:
         "_idle",
         "headroom",
         "ids",
+        "mig",
         "node",
         "order_key",
         "profiles",
@@ -119,6 +121,10 @@ class NodeState:
         self.node = node
         self.version = 0
         self.ids = tuple(device.id for device in node.devices)
+        self.mig = any(device.mode == MIG_MODE for device in node.devices)
+        """A GPU in MIG mode may give one container several slices and refuses by
+        its placements: neither the headroom test nor the per-device judge knows
+        that, so such a node always gets the full fit."""
         self.profiles = tuple(device_profile(device, node.cordoned) for device in node.devices)
         self._facts: tuple[DeviceFacts, ...] | None = None
         self._idle: _IdleState | None = None
@@ -201,6 +207,8 @@ class NodeState:
         Requests of the vendors in `own_fit` (a Fit of their own, whose memory and
         cores mean something else, e.g. AMD's percentage of CUs) are not checked.
         """
+        if self.mig:
+            return True
         headroom = self.headroom
         for container in pod.all_containers:
             for request in container:
@@ -376,7 +384,7 @@ class Engine:
             refusal = remembered.get(state.node.name)
             if refusal is not None and refusal[0] == state.version:
                 return refusal[1]
-        if judge is None:
+        if judge is None or state.mig:
             return None
         reason = judge.refusal(state.facts, state.ids)
         if reason is not None and remembered is not None:

@@ -21,6 +21,15 @@ from itertools import combinations
 
 from dra_driver.engine import reasons
 from dra_driver.engine.grants import ContainerGrants, Grant, Slot
+from dra_driver.engine.mig_fit import (
+    CARD_MIG_TOPOLOGY_INFEASIBLE,
+    MIG_CHARGE_FAILED,
+    MIG_MODE,
+    charge_slice,
+    custom_filter,
+    is_mig_request,
+    usage_sound,
+)
 from dra_driver.engine.model import Device
 from dra_driver.engine.policy import SCORE_WEIGHT, device_sort_key
 from dra_driver.engine.requests import (
@@ -107,7 +116,9 @@ def fit_container(
             (slot for slot in slots if request in served_by_type[slot.device.type]),
             key=lambda s: key((s.score, s.device.numa, s.used, s.device.index)),
         )
-        if request.count > len(ordered):
+        if request.count > len(ordered) and not is_mig_request(
+            request, (slot.device for slot in ordered)
+        ):
             return None, reasons.NODE_INSUFFICIENT_DEVICE
         fit = vendor.fit or fit_request
         picks, reason = fit(ordered, request, ctx, [*earlier, tuple(granted)])
@@ -115,12 +126,15 @@ def fit_container(
             return None, reason
         by_id = {slot.device.id: slot for slot in ordered}
         charge = vendor.charge_slots
-        for grant in picks:
-            slot = by_id[grant.uuid]
+        for pick in picks:
+            slot = by_id[pick.uuid]
+            grant = charge_slice(slot, pick) if slot.device.mode == MIG_MODE else pick
+            if grant is None:
+                return None, f"AddResourceUsage failed for device {pick.uuid}: {MIG_CHARGE_FAILED}"
             slot.used = charge(slot.used, ordered, request) if charge else slot.used + 1
             slot.memory += grant.memory_mib
             slot.cores += grant.cores
-        granted.extend(picks)
+            granted.append(grant)
     return tuple(granted), ""
 
 
@@ -138,7 +152,10 @@ def fit_request(
 ) -> tuple[list[Grant] | None, str]:
     """HAMi's NVIDIA (standard) Fit over policy-sorted devices, trying the tail first.
 
-    `custom_rule`, checked last, refuses a device as `CardNotFoundCustomFilterRule`."""
+    `custom_rule`, checked last, refuses a device as `CardNotFoundCustomFilterRule`.
+    A GPU in MIG mode is checked last by the MIG rule instead (`mig_fit.custom_filter`,
+    `CardMigTopologyInfeasible`), and is tried again after each slice it gives, as
+    one GPU may host several slices of one container."""
     filters = request.filters
     topology = ctx.policy.topology and ctx.vendors.get(request.vendor).topology_aware
     wanted = remaining = request.count
@@ -146,9 +163,14 @@ def fit_request(
     previous_numa: int | None = None
     picks: list[Grant] = []
     failed: Counter[str] = Counter()
-    for slot in reversed(devices):
+    position = len(devices)
+    while position > 0:
+        position -= 1
+        slot = devices[position]
         device = slot.device
-        if not device.healthy:
+        if not device.healthy or (
+            (slot.tags or device.mode == MIG_MODE) and not usage_sound(device, slot)
+        ):
             failed[reasons.CARD_NOT_HEALTH] += 1
             continue
         if device.id in ctx.node.cordoned:
@@ -189,7 +211,12 @@ def fit_request(
         if device.cores != 0 and slot.cores == device.cores and cores == 0:
             failed[reasons.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
             continue
-        if custom_rule is not None and not custom_rule(device, earlier):
+        mig = device.mode == MIG_MODE
+        if mig:
+            if not custom_filter(device, slot, picks, memory):
+                failed[CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
+                continue
+        elif custom_rule is not None and not custom_rule(device, earlier):
             failed[reasons.CARD_NOT_FOUND_CUSTOM_FILTER_RULE] += 1
             continue
         if remaining > 0:
@@ -198,6 +225,8 @@ def fit_request(
             picks.append(Grant(device.id, request.vendor, memory, cores, device.index))
         if remaining == 0 and not topology:
             return picks, ""
+        if mig:
+            position += 1
     if topology and len(picks) >= wanted:
         return _choose_by_topology(picks, wanted, ctx.node.pair_scores.get), ""
     if picks:

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from api.hami_annotations import MigProfile
+
 DEFAULT_SPLIT_COUNT = 10
 HAMI_CORE_MODE = "hami-core"
 
@@ -30,6 +32,9 @@ class Device:
     custom_info: Mapping[str, Any] = field(default_factory=dict, hash=False)
     """Vendor facts a vendor's own Fit or score reads (HAMi's DeviceInfo.CustomInfo,
     e.g. Ascend's NetworkID); the standard Fit ignores it."""
+    mig_profiles: tuple[MigProfile, ...] = ()
+    """The MIG profiles and placements a GPU in `mig` mode may host (its register
+    entry's `migProfiles`); read by the standard Fit's MIG rule (`mig_fit`)."""
 
 
 @dataclass(frozen=True, slots=True)

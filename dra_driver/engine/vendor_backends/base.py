@@ -262,6 +262,7 @@ def engine_device(device: RegisteredDevice, healthy: bool = True) -> Device:
         healthy=device.health and healthy,
         mode=device.mode or HAMI_CORE_MODE,
         custom_info=dict(device.custom_info),
+        mig_profiles=device.mig_profiles,
     )
 
 
