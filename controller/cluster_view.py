@@ -191,6 +191,8 @@ class ClusterView:
         self._legacy_backends = legacy_backends()
         self.legacy_holds: dict[str, LegacyHold] = {}
         """Pod key -> what a legacy pod holds (mixed mode only; empty otherwise)."""
+        self._effective: tuple[int, tuple[dict[str, Any], ...]] | None = None
+        """`effective_claims` as of the view's `changes` count."""
 
     @property
     def informers(self) -> tuple[Informer, ...]:
@@ -450,8 +452,13 @@ class ClusterView:
             and not self.pending_pods_referring(key)
         )
 
-    def effective_claims(self) -> list[dict[str, Any]]:
-        """Allocated claims that hold capacity, own pending writes included."""
+    def effective_claims(self) -> tuple[dict[str, Any], ...]:
+        """Allocated claims that hold capacity, own pending writes included. Remembered
+        for as long as the view does not change (`changes`): the engine's refresh,
+        preemption's holdings and the metrics snapshot then walk the claims once, which
+        at 16,000 claims took ~150 ms each."""
+        if self._effective is not None and self._effective[0] == self.changes:
+            return self._effective[1]
         claims = []
         for stored in self.claim_view.values():
             pending = self.pending.get(object_key(stored))
@@ -469,7 +476,8 @@ class ClusterView:
             else:
                 del self._retained[key]
                 self._forget_dropped_reservations(key, None)
-        return claims
+        self._effective = (self.changes, tuple(claims))
+        return self._effective[1]
 
     def request_context(self) -> RequestContext:
         """One per inventory and set of classes, so its selection memo stays valid."""
@@ -528,6 +536,7 @@ class ClusterView:
             self._engine_inventory = self.inventory
         self._usage_stale = False
         self.touch()
+        self._effective = (self.changes, claims)
 
     def _is_own_echo(self, key: str, claim: Mapping[str, Any]) -> bool:
         """The watch shows an allocation this process is writing (before its response):
