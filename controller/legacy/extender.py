@@ -30,6 +30,7 @@ from typing import Any
 from api import hami_annotations as keys
 from api.hami_annotations import AnnotationDecodeError, BindPhase
 from controller.legacy.cluster import ClusterState
+from controller.legacy.mig_slices import mig_allocations_annotation
 from controller.legacy.pod_shape import check_pod_shape
 from controller.legacy.pod_usage import PodAllocation, pod_uid, read_pod_allocation
 from controller.mixed_usage import short_of_room, with_holders
@@ -165,12 +166,14 @@ def pod_annotations(
     vendor's PatchAnnotations for the devices it was given (NVIDIA: both device
     keys carry the same string). Each vendor gets `context` with `assigned` the
     pod's own annotations under those already set (HAMi passes it the pod and its
-    annoinput; Ascend reads the pod's `huawei.com/vnpu-mode`)."""
+    annoinput; Ascend reads the pod's `huawei.com/vnpu-mode`). MIG slices add
+    `hami.io/vgpu-mig-allocations`, as NVIDIA's PatchAnnotations does."""
     result = {keys.VGPU_NODE: context.node, keys.VGPU_TIME: str(context.now_ns // 1_000_000_000)}
     own = annotations_of(context.pod)
     for backend in backends:
         seen = replace(context, assigned={**own, **result})
         result.update(backend.pod_annotations(placement.containers, seen))
+    result.update(mig_allocations_annotation(placement.containers))
     return result
 
 

@@ -8,7 +8,9 @@ merged container by container; init containers are collapsed (per device,
 the larger of the biggest init container and the sum of the app containers);
 once every init container has succeeded only the app containers count.
 A vendor may tag its grants with what its Fit reads of the pod
-(`VendorBackend.usage_tag`: Metax sGPU's app class and qos policy).
+(`VendorBackend.usage_tag`: Metax sGPU's app class and qos policy); NVIDIA
+grants are tagged with the MIG slices `hami.io/vgpu-mig-allocations` gives
+them (`mig_slices`).
 Reference: hami-protocol.md §2 (node usage).
 """
 
@@ -20,6 +22,7 @@ from typing import Any
 
 from api import hami_annotations as keys
 from api.hami_annotations import PodDevices
+from controller.legacy.mig_slices import with_mig_slices
 from dra_driver.engine.engine import Placement
 from dra_driver.engine.grants import ContainerGrants, Grant
 from dra_driver.engine.model import DeviceUsage
@@ -128,6 +131,7 @@ def read_pod_allocation(
             for container in placement.containers
         ),
     )
+    placement = with_mig_slices(placement, annotations)
     usage = collapse_pod_usage(placement.containers, init_count)
     if not usage:
         return None
