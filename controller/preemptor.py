@@ -31,9 +31,10 @@ accounting of which share frees when. It is read from the pods themselves
 (`status.nominatedNodeName` of pending pods, indexed from the pod informer), so
 a restarted or newly elected controller holds the same, and the hold ends when
 the pod's claims are allocated, or it is bound, deleted or loses its
-nomination. Once the victims' shares are released the preemptor, pending and of
-higher priority, is decided before the pods it outranks (pod_order.py) and is
-allocated there or wherever it fits first.
+nomination. A nominated pod is retried at every change of the view, its backoff
+aside (`WorkQueue.hurry`), so it is decided as soon as the victims' shares are
+released, before the pods it outranks (pod_order.py), and is allocated there or
+wherever it fits first.
 
 PodDisruptionBudgets come from the view's informer (disruption_budgets.py):
 they steer which pods are reprieved first and which node is chosen, as in
@@ -191,7 +192,9 @@ class Preemptions:
             namespace = pod["metadata"].get("namespace")
             claims = tuple(f"{namespace}/{n}" for n in pod_claim_names(pod).values() if n)
             self._nominated[key] = Nomination(str(node), pod_priority(pod), claims)
+            self.queue.hurry(key, True)
         elif self._nominated.pop(key, None) is not None:
+            self.queue.hurry(key, False)
             self.queue.changed()
 
     def without_held(

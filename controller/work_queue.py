@@ -77,6 +77,8 @@ class WorkQueue:
         self._not_before: dict[str, float] = {}
         self._arrival: dict[str, int] = {}
         self._arrivals = itertools.count()
+        self._eager: set[str] = set()
+        """Waiting keys retried at every change, backoff or not (`hurry`)."""
 
     @property
     def version(self) -> int:
@@ -114,6 +116,15 @@ class WorkQueue:
         self._version += 1
         self.wake.set()
 
+    def hurry(self, key: str, eager: bool) -> None:
+        """A nominated pod waits only for its victims' shares to be released: while
+        `eager`, it is retried at every change, whatever its backoff (kube-scheduler pops
+        a pod from its backoff queue as soon as nothing else is waiting)."""
+        if eager:
+            self._eager.add(key)
+        else:
+            self._eager.discard(key)
+
     def poke(self) -> None:
         """Run the loop once more although no key is due (the sweeper has work)."""
         self.wake.set()
@@ -126,7 +137,7 @@ class WorkQueue:
         ranks = {key: self.rank(key) for key, at in self._due.items() if at <= now}
         changed = [(k, w) for k, w in self._waiting.items() if w.tried < self._version]
         for key, waiting in changed:
-            if waiting.ready_at <= now:
+            if waiting.ready_at <= now or key in self._eager:
                 ranks[key] = waiting.rank
         if not ranks:
             return []
@@ -147,7 +158,11 @@ class WorkQueue:
     def next_timeout(self, now: float, deadline: float) -> float:
         """Seconds until the next key is due, or until `deadline` if that comes first."""
         times = list(self._due.values())
-        times += [w.ready_at for w in self._waiting.values() if w.tried < self._version]
+        times += [
+            now if key in self._eager else w.ready_at
+            for key, w in self._waiting.items()
+            if w.tried < self._version
+        ]
         times.append(deadline)
         return max(0.0, min(times) - now)
 
@@ -179,6 +194,7 @@ class WorkQueue:
         self.forget(key)
         self._due.pop(key, None)
         self._not_before.pop(key, None)
+        self._eager.discard(key)
 
     def start(self, key: str) -> None:
         """The key's writes or move began: skip it until `finish`."""

@@ -78,3 +78,22 @@ def test_a_refusal_after_a_retry_in_a_changed_view_is_news() -> None:
     queue.take("pod")
     assert queue.back_off("pod")
     assert not queue.back_off("pod")
+
+
+def test_a_hurried_key_is_retried_at_every_change_whatever_its_backoff() -> None:
+    """A nominated pod waits for its victims' shares only: each change brings it back,
+    once, even while its backoff runs; unhurried, it waits for the backoff again."""
+    queue, now = make_queue({"nominated": QueueRank(5, EARLY)})
+    queue.enqueue("nominated")
+    queue.take("nominated")
+    queue.back_off("nominated")
+    queue.hurry("nominated", True)
+    assert queue.due(now[0]) == []
+    queue.changed()
+    assert queue.next_timeout(now[0], now[0] + 1.0) == 0.0
+    assert queue.due(now[0]) == ["nominated"]
+    queue.take("nominated")
+    assert queue.due(now[0]) == []
+    queue.hurry("nominated", False)
+    queue.changed()
+    assert queue.due(now[0]) == []
