@@ -27,6 +27,14 @@ its valid values every vNPU template and the whole chip (the default, as a
 count-only HAMi request takes the whole chip), and `cores` only 0, since the
 template fixes the AI Cores (HAMi refuses a `-core` request on the hard split).
 Memory scaling does not apply: a template's size is the chip's, not ours.
+
+Every device says what it is in its `kind` attribute: `share` for a card shared
+through HAMi-core, `mig` for a hardware partition. A MIG-mode card is published
+as partitions only (`kubeletplugin.mig_slices`): its counter set in a slice that
+holds only counters (8 sets a slice), its partition devices in slices of their
+own (64 a slice, as they consume counters), after the shared cards' slices, so a
+node without MIG cards publishes exactly what it did before. A card whose MIG
+mode waits for a reset is not published at all.
 """
 
 from __future__ import annotations
@@ -39,11 +47,21 @@ from api.quantity import MIB
 from dra_driver.engine.vendor_backends.ascend_chips import DraOffer
 from dra_driver.objects.dra_vendors import NVIDIA, DraVendor, ascend_offer, dra_vendor
 from kubeletplugin.gpus import GpuInfo
+from kubeletplugin.mig_slices import (
+    MAX_COUNTER_SETS_PER_SLICE,
+    counter_set,
+    is_partitioned,
+    is_shared,
+    pack,
+    partition_devices,
+)
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_PER_SLICE_WITH_TAINTS = 64
 UNHEALTHY_TAINT_KEY = "unhealthy"
 NO_SCHEDULE = "NoSchedule"
+SHARE_KIND = "share"
+"""The `kind` attribute of a shared card's device (a MIG partition's is `mig`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,25 +154,52 @@ def _capacities(gpu: GpuInfo, vendor: DraVendor, settings: SliceSettings) -> dic
     return {"memory": _memory_capacity(memory, vendor), "cores": _cores_capacity(cores, vendor)}
 
 
-def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
-    vendor = dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")
+def _card_attributes(gpu: GpuInfo, vendor: DraVendor) -> dict[str, Any]:
+    """What a card's devices say about the card, shared or partitioned alike."""
     attributes: dict[str, Any] = {
         "vendor": {"string": vendor.request_type},
         "type": {"string": vendor.device_type(gpu.product_name)},
         "productName": {"string": gpu.product_name},
+        "numa": {"int": gpu.numa_node},
+    }
+    if gpu.driver_version:
+        attributes["driverVersion"] = {"version": semver(gpu.driver_version)}
+    if gpu.compute_capability:
+        attributes["cudaComputeCapability"] = {"version": semver(gpu.compute_capability)}
+    return attributes
+
+
+def device_taints(gpu: GpuInfo, settings: SliceSettings) -> list[dict[str, str]]:
+    """An unhealthy card's taint, then the controller-allocated mode's allocation taint."""
+    taints = []
+    if not gpu.healthy:
+        reason = gpu.unhealthy_reason or "unhealthy"
+        taints.append(Taint(f"{settings.driver}/{UNHEALTHY_TAINT_KEY}", reason[:63]))
+    if settings.allocation_taint is not None:
+        taints.append(settings.allocation_taint)
+    return [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+
+
+def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
+    vendor = dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")
+    card = _card_attributes(gpu, vendor)
+    attributes: dict[str, Any] = {
+        "vendor": card["vendor"],
+        "kind": {"string": SHARE_KIND},
+        "type": card["type"],
+        "productName": card["productName"],
         "uuid": {"string": gpu.uuid},
         "index": {"int": gpu.index},
         "minor": {"int": gpu.minor},
-        "numa": {"int": gpu.numa_node},
+        "numa": card["numa"],
     }
     if vendor is not NVIDIA:
         attributes["coreUnit"] = {"string": vendor.core_unit}
     if gpu.pci_bus_id:
         attributes["pciBusID"] = {"string": gpu.pci_bus_id}
-    if gpu.driver_version:
-        attributes["driverVersion"] = {"version": semver(gpu.driver_version)}
-    if gpu.compute_capability:
-        attributes["cudaComputeCapability"] = {"version": semver(gpu.compute_capability)}
+    for name in ("driverVersion", "cudaComputeCapability"):
+        if name in card:
+            attributes[name] = card[name]
     shares = 1 if vendor.exclusive else settings.split_count
     device: dict[str, Any] = {
         "name": device_name(gpu),
@@ -168,14 +213,9 @@ def build_device(gpu: GpuInfo, settings: SliceSettings) -> dict[str, Any]:
             },
         },
     }
-    taints = []
-    if not gpu.healthy:
-        reason = gpu.unhealthy_reason or "unhealthy"
-        taints.append(Taint(f"{settings.driver}/{UNHEALTHY_TAINT_KEY}", reason[:63]))
-    if settings.allocation_taint is not None:
-        taints.append(settings.allocation_taint)
+    taints = device_taints(gpu, settings)
     if taints:
-        device["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in taints]
+        device["taints"] = taints
     return device
 
 
@@ -187,11 +227,32 @@ def build_resource_slices(
     generation: int,
 ) -> list[dict[str, Any]]:
     """The pool's slices, in a stable order with stable names, so republishing
-    the same GPUs produces the same objects."""
-    devices = [build_device(gpu, settings) for gpu in sorted(gpus, key=lambda g: g.index)]
+    the same GPUs produces the same objects: the shared cards' devices, then the
+    MIG partitions, then the MIG cards' counter sets."""
+    ordered = sorted(gpus, key=lambda g: g.index)
+    partitioned = [gpu for gpu in ordered if is_partitioned(gpu)]
+    devices = [build_device(gpu, settings) for gpu in ordered if is_shared(gpu)]
     tainted = any("taints" in device for device in devices)
     per_slice = MAX_DEVICES_PER_SLICE_WITH_TAINTS if tainted else MAX_DEVICES_PER_SLICE
-    chunks = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)] or [[]]
+    shares = [devices[i : i + per_slice] for i in range(0, len(devices), per_slice)]
+    partitions = pack(
+        (
+            partition_devices(
+                gpu,
+                _card_attributes(gpu, dra_vendor(gpu.vendor, f"gpu {gpu.uuid}: vendor")),
+                device_taints(gpu, settings),
+            )
+            for gpu in partitioned
+        ),
+        MAX_DEVICES_PER_SLICE_WITH_TAINTS,
+    )
+    sets = [counter_set(gpu) for gpu in partitioned]
+    specs: list[dict[str, Any]] = [{"devices": chunk} for chunk in shares + partitions]
+    specs += [
+        {"sharedCounters": sets[i : i + MAX_COUNTER_SETS_PER_SLICE]}
+        for i in range(0, len(sets), MAX_COUNTER_SETS_PER_SLICE)
+    ]
+    specs = specs or [{"devices": []}]
     return [
         {
             "apiVersion": "resource.k8s.io/v1",
@@ -214,12 +275,12 @@ def build_resource_slices(
                 "pool": {
                     "name": node_name,
                     "generation": generation,
-                    "resourceSliceCount": len(chunks),
+                    "resourceSliceCount": len(specs),
                 },
-                "devices": chunk,
+                **content,
             },
         }
-        for position, chunk in enumerate(chunks)
+        for position, content in enumerate(specs)
     ]
 
 

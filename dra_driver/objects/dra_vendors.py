@@ -224,9 +224,14 @@ def vendor_of_request_type(request_type: str) -> DraVendor | None:
 
 
 def selector(vendor: DraVendor, driver: str = DRIVER) -> str:
-    """The DeviceClass CEL: this driver's devices whose `vendor` attribute is the family's."""
-    attribute = f"device.attributes['{driver}'].vendor"
-    return f"device.driver == '{driver}' && {attribute} == '{vendor.request_type}'"
+    """The DeviceClass CEL: this driver's devices whose `vendor` attribute is the family's.
+    NVIDIA's also asks for `kind` `share`: an NVIDIA card's MIG partitions carry its vendor
+    too, and are served by the partition class (`mig_devices.PARTITION_CLASS`)."""
+    attributes = f"device.attributes['{driver}']"
+    expression = f"device.driver == '{driver}' && {attributes}.vendor == '{vendor.request_type}'"
+    if vendor is NVIDIA:
+        expression += f" && {attributes}.kind == 'share'"
+    return expression
 
 
 def device_class(vendor: DraVendor, driver: str = DRIVER) -> dict[str, Any]:

@@ -3,9 +3,11 @@
 Owns the ResourceSlice normalizer (canonical quantities in capacities, request
 policies and counters; `timeAdded` on device taints, an earlier one kept; a field of
 the wrong JSON type is a 400, as a failed decode is) and its validator (pool, node
-choice, device limits, attributes, capacities and their requestPolicy, taints), in
-the server's order and wording. Pure; shared decoding helpers come from
-rules_resource.py.
+choice, device limits, attributes, capacities and their requestPolicy, taints,
+partitionable devices: shared counter sets and what devices consume of them), in
+the server's order and wording (pkg/apis/resource/validation/validation.go:
+`validateResourceSliceSpec`, `validateCounterSet`, `validateDeviceCounterConsumption`).
+Pure; shared decoding helpers come from rules_resource.py.
 """
 
 from __future__ import annotations
@@ -17,18 +19,32 @@ from typing import Any
 from api.quantity import parse_quantity
 from dra_driver.objects.api_time import api_time
 
-from .errors import FieldError, forbidden, invalid, not_supported, required, too_many
+from .errors import (
+    FieldError,
+    duplicate,
+    forbidden,
+    invalid,
+    not_supported,
+    required,
+    too_many,
+)
 from .rules_resource import canonical, driver_name_errors, shaped
-from .validation import dns_subdomain, entry_name
+from .validation import dns_label, dns_subdomain, entry_name
 
 MAX_DEVICES_PER_SLICE = 128
 MAX_DEVICES_WITH_TAINTS_OR_COUNTERS = 64
 MAX_TAINTS_PER_DEVICE = 16
 MAX_ATTRIBUTES_AND_CAPACITIES = 32
 MAX_VALID_VALUES = 10
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
+MAX_COUNTERS_PER_CONSUMPTION = 32
 TAINT_EFFECTS = ["NoExecute", "NoSchedule", "None"]
 SLICE_NODE_FIELDS = ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
 ATTRIBUTE_KINDS = ("int", "bool", "string", "version", "ints", "bools", "strings", "versions")
+LIST_ATTRIBUTE_KINDS = ("ints", "bools", "strings", "versions")
+ONE_OF_COUNTERS_OR_DEVICES = "only one of `sharedCounters` or `devices` is allowed"
 
 
 def _counters(kind: str, counters: Any) -> None:
@@ -104,9 +120,9 @@ def validate_resource_slice(obj: dict[str, Any], old: dict[str, Any] | None) -> 
     errors += _validate_pool(spec.get("pool") or {})
     errors += _validate_node_choice(spec)
     devices = spec.get("devices") or []
-    if devices and spec.get("sharedCounters"):
-        errors.append(invalid("spec", None, "only one of Devices and SharedCounters can be set"))
-    limited = any(d.get("taints") or d.get("consumesCounters") for d in devices)
+    if spec.get("devices") is not None and spec.get("sharedCounters") is not None:
+        errors.append(invalid("spec", "", ONE_OF_COUNTERS_OR_DEVICES))
+    limited = any(_advanced(d) for d in devices)
     limit = MAX_DEVICES_WITH_TAINTS_OR_COUNTERS if limited else MAX_DEVICES_PER_SLICE
     if len(devices) > limit:
         errors.append(too_many("spec.devices", len(devices), limit))
@@ -115,6 +131,7 @@ def validate_resource_slice(obj: dict[str, Any], old: dict[str, Any] | None) -> 
         path = f"spec.devices[{index}]"
         errors += entry_name(path, device.get("name"), seen, duplicate_at=path)
         errors += _validate_device(device, path)
+    errors += _validate_counter_sets(spec.get("sharedCounters") or [])
     if old is not None and spec.get("driver") != old["spec"].get("driver"):
         errors.append(invalid("spec.driver", spec.get("driver"), "field is immutable"))
     return errors
@@ -202,6 +219,80 @@ def _validate_device(device: dict[str, Any], path: str) -> list[FieldError]:
             errors.append(required(f"{tpath}.effect"))
         elif effect not in TAINT_EFFECTS:
             errors.append(not_supported(f"{tpath}.effect", effect, TAINT_EFFECTS))
+    errors += _validate_consumption(
+        device.get("consumesCounters") or [], f"{path}.consumesCounters"
+    )
+    return errors
+
+
+def _advanced(device: dict[str, Any]) -> bool:
+    """Taints, counter consumption or list attributes: the slice holds at most 64 devices."""
+    if device.get("taints") or device.get("consumesCounters"):
+        return True
+    attributes = device.get("attributes") or {}
+    return any(
+        isinstance(value, dict) and any(kind in value for kind in LIST_ATTRIBUTE_KINDS)
+        for value in attributes.values()
+    )
+
+
+def _validate_counter_sets(counter_sets: list[Any]) -> list[FieldError]:
+    """`spec.sharedCounters`: at most 8 sets, each named by a DNS label, unique, with 1 to
+    32 counters named by DNS labels (a bad name is reported at the map, as the server does)."""
+    path = "spec.sharedCounters"
+    if len(counter_sets) > MAX_COUNTER_SETS:
+        return [too_many(path, len(counter_sets), MAX_COUNTER_SETS)]
+    errors: list[FieldError] = []
+    for index, counter_set in enumerate(counter_sets):
+        entry = counter_set if isinstance(counter_set, dict) else {}
+        where = f"{path}[{index}]"
+        name = entry.get("name")
+        errors += dns_label(f"{where}.name", name) if name else [required(f"{where}.name")]
+        errors += _counter_map(entry.get("counters"), f"{where}.counters", MAX_COUNTERS_PER_SET)
+    errors += _duplicates(path, [(c or {}).get("name") for c in counter_sets])
+    return errors
+
+
+def _validate_consumption(consumptions: list[Any], path: str) -> list[FieldError]:
+    """A device's `consumesCounters`: at most 2 entries, one per counter set (a DNS label),
+    each with 1 to 32 counters named by DNS labels."""
+    if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
+        return [too_many(path, len(consumptions), MAX_CONSUMPTIONS_PER_DEVICE)]
+    errors: list[FieldError] = []
+    for index, consumption in enumerate(consumptions):
+        entry = consumption if isinstance(consumption, dict) else {}
+        where = f"{path}[{index}]"
+        counter_set = entry.get("counterSet")
+        errors += (
+            dns_label(f"{where}.counterSet", counter_set)
+            if counter_set
+            else [required(f"{where}.counterSet")]
+        )
+        errors += _counter_map(
+            entry.get("counters"), f"{where}.counters", MAX_COUNTERS_PER_CONSUMPTION
+        )
+    errors += _duplicates(path, [(c or {}).get("counterSet") for c in consumptions])
+    return errors
+
+
+def _counter_map(counters: Any, path: str, limit: int) -> list[FieldError]:
+    if not counters:
+        return [required(path)]
+    if len(counters) > limit:
+        return [too_many(path, len(counters), limit)]
+    errors: list[FieldError] = []
+    for name in counters:
+        errors += dns_label(path, name)
+    return errors
+
+
+def _duplicates(path: str, keys: list[Any]) -> list[FieldError]:
+    seen: set[Any] = set()
+    errors: list[FieldError] = []
+    for index, key in enumerate(keys):
+        if key in seen:
+            errors.append(duplicate(f"{path}[{index}]", key))
+        seen.add(key)
     return errors
 
 

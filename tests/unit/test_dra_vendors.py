@@ -20,6 +20,7 @@ from dra_driver.objects.dra_vendors import (
     device_class,
     dra_vendor,
 )
+from dra_driver.objects.mig_devices import PARTITION_CLASS
 from kubeletplugin.gpus import GpuInfo, MockBackend
 from kubeletplugin.slices import SliceSettings, build_device, vendor_type
 from kubeletplugin.vendor_env import share_env
@@ -43,10 +44,12 @@ def test_ids_request_types_and_classes_are_unique_and_nvidia_keeps_its_spelling(
     assert {v.device_class: v.request_type for v in DRA_VENDORS}.items() <= DEVICE_CLASSES.items()
 
 
-def test_the_deployed_classes_are_the_table_plus_the_engines_mock():
+def test_the_deployed_classes_are_the_table_plus_partitions_and_the_engines_mock():
     documents = [doc for doc in yaml.safe_load_all(DEPLOYED.read_text()) if doc]
     expected = [device_class(v) for v in DRA_VENDORS]
-    assert documents[:-1] == expected
+    partitions = [d for d in documents if d["metadata"]["name"] == PARTITION_CLASS]
+    assert [d for d in documents[:-1] if d not in partitions] == expected
+    assert len(partitions) == 1
     assert documents[-1]["metadata"]["name"] == "mock.vgpu.hami.io"
 
 
