@@ -7,7 +7,10 @@ checkpoint from another boot means "re-prepare", not "already done".
 
 Per claim the state is PrepareStarted (written before any side effect) or
 PrepareCompleted (written last, with the answer kubelet got). A claim found
-in PrepareStarted after a crash is rolled back and prepared again.
+in PrepareStarted after a crash is rolled back and prepared again. A claim of
+MIG partitions also records each instance: its intent (card, profile,
+placement) in the PrepareStarted record before the create, then the instance
+(GPU and compute instance ids, MIG uuid) once made (`mig_prepare`).
 
 With hundreds of claims prepared, rewriting and fsyncing the whole file on
 every change would make prepare slower the more the node holds: a large
@@ -74,6 +77,27 @@ class PreparedDevice:
 
 
 @dataclass(frozen=True, slots=True)
+class MigRecord:
+    """A MIG instance prepare creates for a claim: first its intent (no ids yet),
+    journalled before the create, then the instance it became.
+
+    An intent without ids may or may not exist on the card (a crash can fall between
+    the create and the record): roll back looks for it at its profile and placement."""
+
+    gpu_uuid: str
+    profile: str
+    start: int
+    size: int
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    mig_uuid: str = ""
+
+    @property
+    def created(self) -> bool:
+        return self.gpu_instance_id is not None
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimRecord:
     """What the plugin did (or started doing) for one claim."""
 
@@ -85,6 +109,8 @@ class ClaimRecord:
     cache_nonce: str = ""
     pods: tuple[str, ...] = ()
     """`namespace/name` of the pods that had reserved the claim at prepare."""
+    mig: tuple[MigRecord, ...] = ()
+    """The MIG instances (or intents) of a claim of partitions, in result order."""
 
 
 @dataclass(slots=True)
@@ -94,7 +120,7 @@ class Checkpoint:
 
 
 def _record_to_json(record: ClaimRecord) -> dict[str, Any]:
-    return {
+    encoded = {
         "uid": record.uid,
         "namespace": record.namespace,
         "name": record.name,
@@ -115,6 +141,21 @@ def _record_to_json(record: ClaimRecord) -> dict[str, Any]:
             for d in record.devices
         ],
     }
+    if record.mig:
+        # Only when present, so a checkpoint without partitions reads as older releases'.
+        encoded["mig"] = [
+            {
+                "gpu_uuid": m.gpu_uuid,
+                "profile": m.profile,
+                "start": m.start,
+                "size": m.size,
+                "gpu_instance_id": m.gpu_instance_id,
+                "compute_instance_id": m.compute_instance_id,
+                "mig_uuid": m.mig_uuid,
+            }
+            for m in record.mig
+        ]
+    return encoded
 
 
 def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
@@ -136,6 +177,7 @@ def _record_from_json(data: dict[str, Any]) -> ClaimRecord:
         devices=devices,
         cache_nonce=data.get("cache_nonce", ""),
         pods=tuple(data.get("pods", ())),
+        mig=tuple(MigRecord(**entry) for entry in data.get("mig", ())),
     )
 
 

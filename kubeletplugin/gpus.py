@@ -9,10 +9,11 @@ simulator, so every vendor runs without its hardware.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -23,8 +24,8 @@ from dra_driver.objects.dra_vendors import NVIDIA, dra_vendor
 from dra_driver.objects.mig_profiles import CARDS, mig_card
 from kubeletplugin.gpu_topology import MAX_NVLINKS, GpuLink, P2PLevel
 from kubeletplugin.mig_mock import MockMigDevice
-from kubeletplugin.mig_nvml import read_mig
-from kubeletplugin.mig_state import MigError, MigState
+from kubeletplugin.mig_nvml import create_mig_instance, destroy_mig_instance, read_mig
+from kubeletplugin.mig_state import MigError, MigInstance, MigNotSupportedError, MigState
 from kubeletplugin.nvml_topology import NvmlGpu, read_links
 from libvgpu.host_gpus import nvml_text
 
@@ -67,6 +68,25 @@ class GpuBackend(Protocol):
         ...
 
     def discover(self) -> Sequence[GpuInfo]: ...
+
+
+@runtime_checkable
+class MigInstanceManager(Protocol):
+    """A backend that creates and destroys MIG instances (mock and NVML): what prepare
+    needs for a partition. Calls block; errors are `MigError`s naming the card, the
+    profile, the placement and what is free."""
+
+    def create_mig_instance(self, gpu_uuid: str, profile: str, start: int) -> MigInstance:
+        """A GPU instance of `profile` at memory slice `start` and one compute instance
+        spanning all of it; nothing is left behind when either create is refused."""
+        ...
+
+    def destroy_mig_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None
+    ) -> None:
+        """The compute instance (when given and present), then the GPU instance;
+        `MigNotFoundError` when the GPU instance is gone."""
+        ...
 
 
 NVIDIA_MOCK_DRIVER = "550.54.15"
@@ -185,7 +205,40 @@ class MockBackend:
     """Each MIG-mode card's instances by its uuid, kept across discoveries so instances
     created since (prepare) stay; re-seeded when the file's `mig` for the card changes."""
     _mig_seeds: dict[str, MockMig] = field(default_factory=dict)
+    _mig_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Prepare creates and destroys in worker threads, discovery re-seeds: one at a time."""
     has_device_nodes = False
+
+    def create_mig_instance(self, gpu_uuid: str, profile: str, start: int) -> MigInstance:
+        with self._mig_lock:
+            device = self._mig_device(gpu_uuid)
+            gpu_instance = device.create_gpu_instance(profile, start)
+            try:
+                compute_instance = device.create_compute_instance(gpu_instance)
+            except MigError:
+                device.destroy_gpu_instance(gpu_instance)
+                raise
+            return next(
+                i
+                for i in device.state().instances
+                if (i.gpu_instance_id, i.compute_instance_id) == (gpu_instance, compute_instance)
+            )
+
+    def destroy_mig_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None
+    ) -> None:
+        with self._mig_lock:
+            device = self._mig_device(gpu_uuid)
+            held = next((gi for gi in device.gpu_instances() if gi.id == gpu_instance_id), None)
+            if held is not None and compute_instance_id in dict(held.compute):
+                device.destroy_compute_instance(gpu_instance_id, compute_instance_id)
+            device.destroy_gpu_instance(gpu_instance_id)
+
+    def _mig_device(self, gpu_uuid: str) -> MockMigDevice:
+        device = self.mig_devices.get(gpu_uuid)
+        if device is None:
+            raise MigNotSupportedError(gpu_uuid, "not a MIG-capable card of this node")
+        return device
 
     def discover(self) -> Sequence[GpuInfo]:
         try:
@@ -238,10 +291,11 @@ class MockBackend:
             return MigState()
         if not cuda:
             raise InvalidParameterError(where, "MIG is for NVIDIA cards only")
-        if self._mig_seeds.get(gpu.uuid) != gpu.mig or gpu.uuid not in self.mig_devices:
-            self.mig_devices[gpu.uuid] = self._seed(where, gpu, gpu.mig, memory)
-            self._mig_seeds[gpu.uuid] = gpu.mig
-        return self.mig_devices[gpu.uuid].state()
+        with self._mig_lock:
+            if self._mig_seeds.get(gpu.uuid) != gpu.mig or gpu.uuid not in self.mig_devices:
+                self.mig_devices[gpu.uuid] = self._seed(where, gpu, gpu.mig, memory)
+                self._mig_seeds[gpu.uuid] = gpu.mig
+            return self.mig_devices[gpu.uuid].state()
 
     @staticmethod
     def _seed(where: str, gpu: MockGpu, mig: MockMig, memory: int) -> MockMigDevice:
@@ -278,6 +332,22 @@ class NvmlBackend:
     """Also read the GPUs' PCIe paths and NVLinks (n² NVML calls): only the device
     plugin publishes them (`hami.io/node-nvidia-score`)."""
     has_device_nodes = True
+
+    def create_mig_instance(self, gpu_uuid: str, profile: str, start: int) -> MigInstance:
+        self.nvml.nvmlInit()
+        try:
+            return create_mig_instance(self.nvml, gpu_uuid, profile, start)
+        finally:
+            self.nvml.nvmlShutdown()
+
+    def destroy_mig_instance(
+        self, gpu_uuid: str, gpu_instance_id: int, compute_instance_id: int | None
+    ) -> None:
+        self.nvml.nvmlInit()
+        try:
+            destroy_mig_instance(self.nvml, gpu_uuid, gpu_instance_id, compute_instance_id)
+        finally:
+            self.nvml.nvmlShutdown()
 
     def discover(self) -> Sequence[GpuInfo]:
         nvml = self.nvml

@@ -4,7 +4,8 @@ Idempotent and crash-safe: under the claim's lock, a completed claim returns
 what was recorded (rewriting its CDI spec if a reboot wiped it); otherwise
 PrepareStarted is checkpointed before any side effect, the cache dir and CDI
 spec are written, and PrepareCompleted is checkpointed last. A claim left in
-PrepareStarted by a crash is rolled back and redone. Different claims run
+PrepareStarted by a crash is rolled back and redone. A claim of MIG partitions
+takes the same steps with its instances (`mig_prepare`). Different claims run
 concurrently; every checkpoint update goes through one lock so none is lost.
 
 Before any side effect, prepare refuses what would break at container start
@@ -60,6 +61,8 @@ from kubeletplugin.host_files import (
     host_device_nodes,
 )
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.mig_plan import PartitionPlan
+from kubeletplugin.mig_prepare import MigPartitions
 from kubeletplugin.mixed_reads import MixedReadError, fetch_node_pods
 from kubeletplugin.mixed_usage import PreparedShare, prepare_overcommit
 from kubeletplugin.prepare_plan import (
@@ -149,8 +152,11 @@ class ClaimPreparer:
         cdi: CdiSpecWriter,
         metrics: PluginMetrics,
         events: EventRecorder,
+        mig: MigPartitions | None = None,
     ) -> None:
         self.settings = settings
+        self.mig = mig or MigPartitions(None)
+        """Claims of MIG partitions (`mig_prepare`); the default refuses them."""
         self.client = client
         self.devices = devices
         self.checkpoint_file = checkpoint_file
@@ -232,14 +238,21 @@ class ClaimPreparer:
         ref = checked_ref(ref)
         async with self._lock(ref.uid):
             record = self.checkpoint.claims.get(ref.uid)
-            if record is not None and record.state is PrepareState.COMPLETED:
-                if await asyncio.to_thread(self.cdi.spec_path(ref.uid).exists):
-                    return PrepareResult(record.devices, pods=record.pods)
-            elif record is not None:
+            if (
+                record is not None
+                and record.state is PrepareState.COMPLETED
+                and await asyncio.to_thread(self.cdi.spec_path(ref.uid).exists)
+                and await self.mig.live(record.mig)
+            ):
+                return PrepareResult(record.devices, pods=record.pods)
+            if record is not None and (record.state is PrepareState.STARTED or record.mig):
                 await self._roll_back(ref.uid)
                 record = None
             claim = await self._fetch_claim(ref)
             pods, uses = await self._check_containers(claim)
+            partitions = await self.mig.plan(claim, self.settings.driver, self.settings.node_name)
+            if partitions is not None:
+                return await self._prepare_partitions(ref, pods, uses, partitions)
             devices = self.devices()
             plan = plan_claim(
                 claim,
@@ -294,6 +307,33 @@ class ClaimPreparer:
                     claim, NORMAL, EVENT_REASON_ENFORCEMENT_DISABLED, plan.enforcement_off_message()
                 )
             return PrepareResult(prepared, pods=pods)
+
+    async def _prepare_partitions(
+        self,
+        ref: ClaimRef,
+        pods: tuple[str, ...],
+        uses: Sequence[ContainerUse],
+        plan: PartitionPlan,
+    ) -> PrepareResult:
+        """Intents recorded before any create, each instance recorded once made, the CDI
+        spec, PrepareCompleted last; any failure rolls back what the record names."""
+        views = plan_views(plan.claim_plan(), uses)
+        # No await from the check to the STARTED record: the placements are held by then.
+        self.mig.refuse_conflicts(plan, self.checkpoint.claims.values())
+        intents = tuple(grant.intent() for grant in plan.grants)
+        state = PrepareState.STARTED
+        record = ClaimRecord(ref.uid, ref.namespace, ref.name, state, pods=pods, mig=intents)
+        try:
+            await self._record(record)
+            record = await self.mig.create_all(record, self._record)
+            devices = await asyncio.to_thread(
+                self.mig.write_spec, self.cdi, plan, views, record.mig
+            )
+        except BaseException:
+            await self._roll_back(ref.uid)
+            raise
+        await self._record(replace(record, state=PrepareState.COMPLETED, devices=devices))
+        return PrepareResult(devices, pods=pods)
 
     def _prepared_shares(self, uid: str) -> list[PreparedShare]:
         """Every other claim's devices prepared or being prepared here, by holder (for
@@ -495,6 +535,10 @@ class ClaimPreparer:
 
     async def _roll_back(self, uid: str) -> None:
         """Remove everything a claim may own here; missing pieces are fine."""
+        record = self.checkpoint.claims.get(uid)
+        if record is not None and record.mig:
+            others = (m for r in self.checkpoint.claims.values() if r.uid != uid for m in r.mig)
+            await self.mig.destroy(f"{record.namespace}/{record.name} ({uid})", record.mig, others)
         await asyncio.to_thread(self.cdi.remove_claim_spec, uid)
         host_dir = str(Path(self.settings.libvgpu.cache_root) / CLAIMS_DIR / uid)
         try:

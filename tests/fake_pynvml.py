@@ -4,18 +4,24 @@ Shaped as nvidia-ml-py 13.x shapes them: `nvmlDeviceGetMigMode` returns
 [current, pending]; the listing calls take a ctypes array (or None, to count) and a
 `ctypes.byref` count, and fill them, as pynvml hands both straight to the C library;
 errors are `NVMLError` subclasses named as pynvml names them. A card's MIG side is a
-`MockMigDevice`, so the NVML path and the mock backend read the same instances.
+`MockMigDevice`, so the NVML path and the mock backend read the same instances, and
+create/destroy of GPU and compute instances go to it (its refusals become the
+`NVMLError` of the same return code). `module.refuse` maps a call's name to the
+error it raises instead, to test how a refusal midway is undone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from dra_driver.objects.mig_profiles import MigProfile
 from kubeletplugin.mig_mock import MockMigDevice
+from kubeletplugin.mig_state import MigError
 
 GIB = 1 << 30
 COMPUTE_PROFILES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7}
@@ -39,6 +45,24 @@ class NVMLError_NotSupported(NVMLError):  # noqa: N801, N818
 
 class NVMLError_NotFound(NVMLError):  # noqa: N801, N818
     value = 6
+
+
+class NVMLError_InUse(NVMLError):  # noqa: N801, N818
+    value = 19
+
+
+class NVMLError_InsufficientResources(NVMLError):  # noqa: N801, N818
+    value = 23
+
+
+ERRORS = (
+    NVMLError,
+    NVMLError_InvalidArgument,
+    NVMLError_NotSupported,
+    NVMLError_NotFound,
+    NVMLError_InUse,
+    NVMLError_InsufficientResources,
+)
 
 
 class c_nvmlGpuInstancePlacement_t(ctypes.Structure):  # noqa: N801
@@ -83,7 +107,8 @@ def fake_nvml(cards: list[FakeCard]) -> types.ModuleType:
     module = types.ModuleType("pynvml")
     handles = _Handles()
     module.calls = []
-    for error in (NVMLError, NVMLError_InvalidArgument, NVMLError_NotSupported, NVMLError_NotFound):
+    module.refuse = {}
+    for error in ERRORS:
         setattr(module, error.__name__, error)
     module.c_nvmlGpuInstancePlacement_t = c_nvmlGpuInstancePlacement_t
     module.c_nvmlGpuInstance_t = ctypes.c_void_p
@@ -151,7 +176,7 @@ def fake_nvml(cards: list[FakeCard]) -> types.ModuleType:
         if slices is None or slices > gi.profile.compute_slices:
             raise NVMLError_NotSupported()
         return types.SimpleNamespace(
-            id=ci_profile, instanceCount=gi.profile.compute_slices // slices
+            id=ci_profile, sliceCount=slices, instanceCount=gi.profile.compute_slices // slices
         )
 
     def compute_instances(value: int, ci_profile: int, array: Any, count_ref: Any) -> int:
@@ -177,6 +202,64 @@ def fake_nvml(cards: list[FakeCard]) -> types.ModuleType:
         device = devices[index]
         return MigHandle(handle, device.gpu_instance_id, device.compute_instance_id)
 
+    def by_uuid(wanted: str) -> FakeCard:
+        card = next((c for c in cards if c.uuid == wanted), None)
+        if card is None:
+            raise NVMLError_NotFound()
+        return card
+
+    def refused(call: str) -> None:
+        module.calls.append(call)
+        error = module.refuse.get(call)
+        if error is not None:
+            raise error()
+
+    def create_gpu_instance(handle: FakeCard, profile_id: int, placement_ref: Any) -> int:
+        refused("nvmlDeviceCreateGpuInstanceWithPlacement")
+        profile = _profile(handle, profile_id=profile_id)
+        with _as_nvml_error():
+            gi = _mig(handle).create_gpu_instance(profile.name, placement_ref._obj.start)
+        return handles.value(handle, gi)
+
+    def create_compute_instance(value: int, ci_profile: int) -> int:
+        refused("nvmlGpuInstanceCreateComputeInstance")
+        card, gi_id, _ = handles.by_value[value]
+        with _as_nvml_error():
+            ci = _mig(card).create_compute_instance(gi_id, COMPUTE_PROFILES[ci_profile])
+        return handles.value(card, gi_id, ci)
+
+    def gpu_instance_by_id(handle: FakeCard, gi_id: int) -> int:
+        if not any(gi.id == gi_id for gi in _mig(handle).gpu_instances()):
+            raise NVMLError_NotFound()
+        return handles.value(handle, gi_id)
+
+    def compute_instance_by_id(value: int, ci_id: int) -> int:
+        card, gi_id, _ = handles.by_value[value]
+        if ci_id not in dict(_view(card, gi_id).compute):
+            raise NVMLError_NotFound()
+        return handles.value(card, gi_id, ci_id)
+
+    def destroy_compute_instance(value: int) -> int:
+        refused("nvmlComputeInstanceDestroy")
+        card, gi_id, ci_id = handles.by_value[value]
+        with _as_nvml_error():
+            _mig(card).destroy_compute_instance(gi_id, ci_id)
+        return 0
+
+    def destroy_gpu_instance(value: int) -> int:
+        refused("nvmlGpuInstanceDestroy")
+        card, gi_id, _ = handles.by_value[value]
+        with _as_nvml_error():
+            _mig(card).destroy_gpu_instance(gi_id)
+        return 0
+
+    module.nvmlDeviceGetHandleByUUID = by_uuid
+    module.nvmlDeviceCreateGpuInstanceWithPlacement = create_gpu_instance
+    module.nvmlGpuInstanceCreateComputeInstance = create_compute_instance
+    module.nvmlDeviceGetGpuInstanceById = gpu_instance_by_id
+    module.nvmlGpuInstanceGetComputeInstanceById = compute_instance_by_id
+    module.nvmlComputeInstanceDestroy = destroy_compute_instance
+    module.nvmlGpuInstanceDestroy = destroy_gpu_instance
     module.nvmlDeviceGetUUID = uuid
     module.nvmlDeviceGetMigMode = mig_mode
     module.nvmlDeviceGetGpuInstanceProfileInfo = profile_info
@@ -191,6 +274,16 @@ def fake_nvml(cards: list[FakeCard]) -> types.ModuleType:
     module.nvmlDeviceGetGpuInstanceId = lambda h: h.gpu_instance
     module.nvmlDeviceGetComputeInstanceId = lambda h: h.compute_instance
     return module
+
+
+@contextlib.contextmanager
+def _as_nvml_error() -> Iterator[None]:
+    """The mock device's refusal as the pynvml error of its return code."""
+    try:
+        yield
+    except MigError as error:
+        kind = next((e for e in ERRORS if e.value == error.code), NVMLError)
+        raise kind() from None
 
 
 def _mig(card: FakeCard) -> MockMigDevice:
