@@ -33,7 +33,7 @@ from cdi.naming import DEFAULT_CDI_DIR
 from cdi.writer import CdiSpecWriter
 from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.api_wait import ApiWait
-from dra_driver.kube.events import EventRecorder, EventSettings
+from dra_driver.kube.events import WARNING, EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from dra_driver.process.runtime import cancel_and_wait
@@ -43,6 +43,7 @@ from kubeletplugin.gpu_sources import open_gpu_backend, watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
 from kubeletplugin.metrics import PluginMetrics
+from kubeletplugin.mig_slices import is_shared, withheld_reason
 from kubeletplugin.node_config import load_node_config
 from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import CLAIM_READ_TIMEOUT_S, ClaimPreparer, PreparerSettings
@@ -130,10 +131,11 @@ class PluginSettings:
 
 
 def device_capacities(gpus: Sequence[GpuInfo], slices: SliceSettings) -> dict[str, DeviceCapacity]:
-    """What each published device offers, read back from the slice device itself
-    so prepare checks against exactly what was published."""
+    """What each published shared device offers, read back from the slice device itself
+    so prepare checks against exactly what was published. A card published as MIG
+    partitions, or not at all, has none: a share of it is refused."""
     result = {}
-    for gpu in gpus:
+    for gpu in filter(is_shared, gpus):
         capacity = build_device(gpu, slices)["capacity"]
         result[device_name(gpu)] = DeviceCapacity(
             gpu,
@@ -276,7 +278,22 @@ class KubeletPlugin:
             return
         self.gpus, self.slice_settings = gpus, settings
         self._capacities = device_capacities(gpus, settings)
+        self._report_withheld(gpus)
         await self.health_watch.notify()
+
+    def _report_withheld(self, gpus: Sequence[GpuInfo]) -> None:
+        """A card published neither as shares nor as partitions (its MIG mode waits for a
+        reset, or its profiles could not be read): logged and told on the Node."""
+        node = self.settings.node_name
+        for gpu in gpus:
+            reason = withheld_reason(gpu)
+            if reason is None:
+                continue
+            log.warning(
+                "GPU not published", extra={"node": node, "gpu": gpu.uuid, "reason": reason}
+            )
+            reference = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
+            self.events.emit(reference, WARNING, "GPUNotPublished", reason)
 
     async def wait_for_sockets(self, generation: int) -> None:
         """Wait until the sockets have been created `generation` times."""

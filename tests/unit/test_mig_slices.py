@@ -24,6 +24,7 @@ from dra_driver.objects.mig_profiles import H100_80GB, Placement
 from kubeletplugin.gpus import GpuInfo, MockBackend
 from kubeletplugin.mig_slices import is_shared, withheld_reason, without_instances
 from kubeletplugin.mig_state import MigState
+from kubeletplugin.plugin import device_capacities
 from kubeletplugin.slices import SliceSettings, Taint, build_resource_slices
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,3 +236,13 @@ def test_classes_split_shares_from_partitions(tmp_path: Path) -> None:
         seen = cel_device_from_slice(DRIVER, device)
         assert shares.matches(seen) is (name == "gpu-1"), name
         assert partitions.matches(seen) is (name != "gpu-1"), name
+
+
+def test_prepare_knows_only_shared_cards(tmp_path: Path) -> None:
+    gpus = discover(
+        tmp_path,
+        card(0, H100, {"mode": "enabled"}),
+        card(1, H100),
+        card(2, H100, {"mode": "enabled", "pending": "disabled"}),
+    )
+    assert set(device_capacities(gpus, CONTROLLER)) == {"gpu-1"}
