@@ -138,7 +138,11 @@ def build_allocation(
             }
         written.append(result)
     config: list[dict[str, Any]] = []
-    for name, class_name in zip(variant.result_names, variant.class_names, strict=True):
+    named = [
+        *zip(variant.result_names, variant.class_names, strict=True),
+        *((request.name, request.class_name) for request in variant.partitions),
+    ]
+    for name, class_name in named:
         for entry in ((classes.get(class_name) or {}).get("spec") or {}).get("config") or []:
             config.append({"source": "FromClass", "requests": [name], **entry})
     devices = (variant.claim.get("spec") or {}).get("devices") or {}

@@ -61,6 +61,7 @@ from controller.object_state import (
     is_terminal,
     reservations_of,
 )
+from controller.partition_inventory import CounterUsage, partition_usage
 from controller.requests import RequestContext
 from controller.settings import ControllerSettings
 from controller.usage_sync import ClaimUsageMemo, sync_engine
@@ -164,6 +165,8 @@ class ClusterView:
         self.selectors = SelectorCache()
         self.inventory = Inventory()
         self.engine = Engine([])
+        self.partition_usage = CounterUsage()
+        """What the allocated MIG partitions hold: rebuilt with the engine, charged with it."""
         self._engine_inventory: Inventory | None = None
         self._claim_usage = ClaimUsageMemo()
         self.changes = 0
@@ -489,6 +492,7 @@ class ClusterView:
                 inventory=self.inventory,
                 selector_match=self._selector_match,
                 vendors=self.vendors,
+                partition_classes=self.settings.partition_classes,
             )
         return self._context
 
@@ -507,7 +511,7 @@ class ClusterView:
             self._inventory_stale = False
             self._usage_stale = True
             self._context = None
-            live = {device.cache_key for device in self.inventory.by_key.values()}
+            live = {device.cache_key for device in self.inventory.published()}
             self._cel_devices = {k: v for k, v in self._cel_devices.items() if k in live}
             for device in self.inventory.by_key.values():
                 with contextlib.suppress(InvalidParameterError):  # the decisions report it
@@ -522,6 +526,7 @@ class ClusterView:
             self._claim_usage.usage_by_node(claims, self.inventory), self.legacy_holds.values()
         )
         quota = quota_ledger(self.quotas.store.values(), claims, self.inventory, self.vendors)
+        self.partition_usage = partition_usage(claims, self.inventory.partitions)
         charge_holds(quota, self.legacy_holds.values())
         if self._engine_inventory is self.inventory:
             sync_engine(self.engine, self.inventory, usage, quota)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from controller.legacy.command import add_webhook_serving_args
 from dra_driver.cli.args import add_process_args, add_scheduler_policy_args
 from dra_driver.cli.registration import Subcommands
-from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
+from dra_driver.objects.claim_workloads import DRIVER_NAME
 
 if TYPE_CHECKING:
     from controller.gate_webhook import GateWebhookSettings
@@ -99,7 +99,7 @@ def register(commands: Subcommands) -> None:
 
 def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     from controller.service import ServiceSettings
-    from controller.settings import ControllerSettings
+    from controller.settings import ControllerSettings, controller_classes
     from dra_driver.kube.leader import LeaderSettings
 
     leader = (
@@ -117,7 +117,7 @@ def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     return ServiceSettings(
         controller=ControllerSettings(
             driver=args.driver,
-            device_classes=dict(DEVICE_CLASSES),
+            device_classes=controller_classes(),
             gpu_policy=args.gpu_scheduler_policy,
             node_policy=args.node_scheduler_policy,
             allocate_standalone_claims=args.standalone_claims,

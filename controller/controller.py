@@ -349,7 +349,9 @@ class Controller:
         started = time.perf_counter()
         try:
             variants = pod_variants(pod, unallocated, context)
-            outcome = decide_pod(view.engine, variants, view.inventory, candidates, refused)
+            outcome = decide_pod(
+                view.engine, variants, view.inventory, candidates, refused, view.partition_usage
+            )
         except InvalidParameterError as error:
             self._refuse(key, pod, unallocated, INVALID_PARAMETERS, str(error))
             return
@@ -394,6 +396,11 @@ class Controller:
     ) -> None:
         """Charge the engine, mark the allocations pending in the view, start the writes."""
         self.view.engine.commit(chosen.variant.request, chosen.placement)
+        for results in chosen.results:
+            for planned in results:
+                partition = self.view.inventory.partitions.get(planned.device.key)
+                if partition is not None:
+                    self.view.partition_usage.charge(partition)
         self.view.touch()
         self.queue.settle(key)
         now = api_time()

@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 
 from controller.allocation import PlannedResult, plan_results, refusal_note
 from controller.inventory import Inventory
+from controller.partition_inventory import CounterUsage
+from controller.partitions import PartitionFit, PartitionRefusal, fit_on_node, node_order
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine, Placement
-from dra_driver.engine.reasons import summarize_failures
+from dra_driver.engine.policy import parse_gpu_policy, parse_node_policy
+from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES, summarize_failures
 from dra_driver.objects.capacity_policy import CAPACITY_REFUSED
 
 DISTINCT_ATTRIBUTE_CONFLICT = "DistinctAttributeConstraintNotMet"
@@ -88,17 +91,30 @@ def decide_pod(
     inventory: Inventory,
     candidates: Collection[str],
     refused: Mapping[str, str],
+    partitions: CounterUsage | None = None,
 ) -> PodAllocation | NoFit:
     """The first variant that fits on a candidate node, or every node's reasons.
 
     `candidates` are the inventory nodes that pass the pod's node predicates;
     `refused` holds the reason of every node that did not (reported as is).
+    `partitions` is what the allocated MIG partitions hold; without it, a variant
+    with a partition request fits nowhere.
     """
     first: NoFit | None = None
     for variant in variants:
         notes: dict[str, None] = {}
         failures = _policy_refusals(variant, candidates, notes)
         allowed = set(candidates) - failures.keys()
+        fits: dict[str, PartitionFit] | None = None
+        if any(claim.partitions for claim in variant.claims):
+            fits = _partition_fits(engine, variant, inventory, allowed, partitions, failures, notes)
+            allowed &= fits.keys()
+            if not variant.request.containers and allowed:
+                node = next(iter(fits))
+                placement = Placement(node, (), 0.0)
+                return PodAllocation(
+                    node, variant, placement, _partition_results(variant, fits[node], inventory)
+                )
         while allowed:
             decision = engine.decide(variant.request, allowed)
             placement = decision.placement
@@ -112,12 +128,63 @@ def decide_pod(
             elif _distinct_conflict(variant, planned):
                 failures[placement.node] = DISTINCT_ATTRIBUTE_CONFLICT
             else:
+                if fits is not None:
+                    extra = _partition_results(variant, fits[placement.node], inventory)
+                    planned = [[*own, *more] for own, more in zip(planned, extra, strict=True)]
                 return PodAllocation(placement.node, variant, placement, planned)
             allowed.discard(placement.node)
         if first is None:
             first = NoFit(failures, tuple(notes))
     first = first or NoFit()
     return NoFit({**refused, **first.reasons}, first.notes)
+
+
+def _partition_fits(
+    engine: Engine,
+    variant: PodVariant,
+    inventory: Inventory,
+    allowed: Collection[str],
+    usage: CounterUsage | None,
+    failures: dict[str, str],
+    notes: dict[str, None],
+) -> dict[str, PartitionFit]:
+    """Where the variant's partition requests fit, in node-policy order: only the first
+    node when the variant has nothing else (the engine picks among them otherwise);
+    the others' refusals go to `failures` and `notes`."""
+    requests = [p for claim in variant.claims for p in claim.partitions]
+    node_policy = parse_node_policy(variant.request.node_policy or engine.settings.node_policy)
+    gpu_policy = parse_gpu_policy(variant.request.gpu_policy or engine.settings.gpu_policy)
+    fits: dict[str, PartitionFit] = {}
+    for node in node_order(allowed, inventory, usage or CounterUsage(), node_policy):
+        outcome: PartitionFit | PartitionRefusal = (
+            fit_on_node(requests, inventory, usage, node, gpu_policy.binpack)
+            if usage is not None
+            else PartitionRefusal(NODE_HAS_NO_DEVICES, "")
+        )
+        if isinstance(outcome, PartitionRefusal):
+            failures[node] = outcome.reason
+            if outcome.note:
+                notes[outcome.note] = None
+            continue
+        fits[node] = outcome
+        if not variant.request.containers:
+            break
+    return fits
+
+
+def _partition_results(
+    variant: PodVariant, fit: PartitionFit, inventory: Inventory
+) -> list[list[PlannedResult]]:
+    """Per claim, a whole-device result (no consumedCapacity) for each partition taken
+    for one of its requests."""
+    return [
+        [
+            PlannedResult(request.name, inventory.partition_devices[device.key], None)
+            for request, device in fit.picks
+            if any(request is own for own in claim.partitions)
+        ]
+        for claim in variant.claims
+    ]
 
 
 def _policy_refusals(

@@ -15,13 +15,20 @@ are listed in `duplicate_uuids` for the caller to report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
 from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
+from controller.partition_inventory import (
+    CounterSetKey,
+    PartitionDevice,
+    counter_sets,
+    is_partition,
+    partition_device,
+)
 from dra_driver.engine.model import Device, DeviceUsage, Node, first_of_each_id, repeated_ids
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -88,10 +95,25 @@ class Inventory:
     """(node, uuid) -> the device behind that engine device."""
     duplicate_uuids: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """uuid -> the node of every device carrying it, for uuids on more than one device."""
+    partitions: dict[DeviceKey, PartitionDevice] = field(default_factory=dict)
+    """MIG partition devices (controller/partition_inventory.py): never in the engine."""
+    partition_devices: dict[DeviceKey, PublishedDevice] = field(default_factory=dict)
+    """The published device behind each partition (selectors, allocation results)."""
+    counter_sets: dict[CounterSetKey, dict[str, int]] = field(default_factory=dict)
+    """Each card's counter set, by pool and name."""
+    partition_cards: dict[str, dict[CounterSetKey, list[PartitionDevice]]] = field(
+        default_factory=dict
+    )
+    """node -> card (counter set) -> its partitions, in published order."""
 
     def device(self, node: str, uuid: str) -> PublishedDevice:
         """The published device behind the engine's device `uuid` on `node`."""
         return self.by_node_uuid[(node, uuid)]
+
+    def published(self) -> Iterator[PublishedDevice]:
+        """Every published device of a usable pool, shares and partitions."""
+        yield from self.by_key.values()
+        yield from self.partition_devices.values()
 
     def uuids(self) -> frozenset[str]:
         """Every engine device id (a uuid filter allowing these allows everything)."""
@@ -165,7 +187,8 @@ def build_inventory(
     driver: str,
     ignored_taints: frozenset[str] = frozenset(),
 ) -> Inventory:
-    """The usable devices of `driver`, per node (node-local slices only)."""
+    """The usable devices of `driver`, per node (node-local slices only); partition
+    devices and counter sets go to their own tables, not to the engine's nodes."""
     pools: dict[str, list[Mapping[str, Any]]] = {}
     for item in slices:
         spec = item.get("spec") or {}
@@ -183,8 +206,12 @@ def build_inventory(
         found = per_node.setdefault(node_name, [])
         for item in current:
             slice_uid = str(item["metadata"].get("uid", ""))
+            inventory.counter_sets.update(counter_sets(pool, item["spec"]))
             for spec in item["spec"].get("devices") or []:
                 published = _published(driver, pool, node_name, spec, slice_uid, newest)
+                if is_partition(spec, driver):
+                    _add_partition(inventory, published, ignored_taints)
+                    continue
                 try:
                     found.append((engine_device(published, ignored_taints), published))
                 except (QuantityError, KeyError, ValueError):
@@ -200,6 +227,19 @@ def build_inventory(
         (device.uuid, device.node) for device in inventory.by_key.values()
     )
     return inventory
+
+
+def _add_partition(
+    inventory: Inventory, published: PublishedDevice, ignored_taints: frozenset[str]
+) -> None:
+    partition = partition_device(
+        published.driver, published.pool, published.node, published.spec, ignored_taints
+    )
+    if partition is not None:
+        inventory.partitions[published.key] = partition
+        inventory.partition_devices[published.key] = published
+        cards = inventory.partition_cards.setdefault(partition.node, {})
+        cards.setdefault(partition.card, []).append(partition)
 
 
 def _published(

@@ -32,7 +32,8 @@ from typing import Any
 from api import hami_annotations as keys
 from api.quantity import QuantityError, parse_quantity
 from api.vgpu_config import VGPUConfig, VGPUConfigError, parse_vgpu_config
-from controller.inventory import Inventory, PublishedDevice
+from controller.inventory import DeviceKey, Inventory, PublishedDevice
+from controller.partitions import PartitionRequest
 from dra_driver.engine.requests import (
     ContainerRequest,
     DeviceRequest,
@@ -82,6 +83,9 @@ class ClaimVariant:
     node_policy: str | None
     screens: tuple[CapacityScreen, ...] = ()
     """Per request (as `result_names`), where its capacity requests are refused."""
+    partitions: tuple[PartitionRequest, ...] = ()
+    """Its requests of a partition class: whole MIG partitions, not engine containers
+    (controller/partitions.py); not among `result_names`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +115,10 @@ class RequestContext:
     )
     """Devices grouped by what they publish as capacity (few groups: one per GPU model
     and setting), each with its (node, uuid)s: a screen checks each policy once."""
+    partition_classes: frozenset[str] = frozenset()
+    """The DeviceClasses whose requests are MIG partitions, not shares."""
+    partition_selected: dict[tuple[Any, ...], frozenset[DeviceKey]] = field(default_factory=dict)
+    """Memo of `_partition_allowed` for this inventory, by selectors and capacity."""
     every_uuid: frozenset[str] = field(init=False)
     """The inventory's uuids, gathered once per context (8,000 at 1,000 x 8 nodes)."""
 
@@ -262,42 +270,30 @@ def _claim_variants(
         for position, request in enumerate(requests)
     ]
     for combination in itertools.islice(itertools.product(*options), MAX_VARIANTS):
-        body = {
-            **claim,
-            "spec": {
-                **(claim.get("spec") or {}),
-                "devices": {
-                    **devices,
-                    "requests": [
-                        {"name": (request.get("name") or ""), "exactly": exactly}
-                        for request, (_, exactly) in zip(requests, combination, strict=True)
-                    ],
-                },
-            },
-        }
-        try:
-            pod_request, _ = claim_request(
-                body,
-                context.vendors,
-                driver=context.driver,
-                device_classes=context.device_classes,
-                class_configs=class_configs,
-            )
-        except InvalidParameterError as error:
-            raise InvalidParameterError(
-                f"ResourceClaim {claim_name(claim)} {error.field}", error.reason
-            ) from None
+        chosen = list(enumerate(zip(requests, combination, strict=True)))
+        shares = [
+            (position, request, option)
+            for position, (request, option) in chosen
+            if option[1].get("deviceClassName") not in context.partition_classes
+        ]
+        partitions = tuple(
+            _partition_request(claim, name, exactly, context, f"{where}[{position}]")
+            for position, (_, (name, exactly)) in chosen
+            if exactly.get("deviceClassName") in context.partition_classes
+        )
+        _check_constraints(devices.get("constraints") or [], partitions, len(requests), where)
+        pod_request = _share_request(claim, devices, shares, context, class_configs)
         screens = tuple(
             _capacity_screen(exactly, context, f"{where}[{position}].exactly")
-            for position, (_, exactly) in enumerate(combination)
+            for position, _, (_, exactly) in shares
         )
         allowed = [
             _without(
                 _allowed(_selectors(exactly, context.classes), context), screen.refused, context
             )
-            for (_, exactly), screen in zip(combination, screens, strict=True)
+            for (_, _, (_, exactly)), screen in zip(shares, screens, strict=True)
         ]
-        names = tuple(name for name, _ in combination)
+        names = tuple(name for _, _, (name, _) in shares)
         for restricted in _match_attribute_variants(
             devices.get("constraints") or [], names, allowed, context
         ):
@@ -309,11 +305,129 @@ def _claim_variants(
                 claim=claim,
                 containers=containers,
                 result_names=names,
-                class_names=tuple(e.get("deviceClassName", "") for _, e in combination),
+                class_names=tuple(e.get("deviceClassName", "") for _, _, (_, e) in shares),
                 gpu_policy=pod_request.gpu_policy,
                 node_policy=pod_request.node_policy,
                 screens=screens,
+                partitions=partitions,
             )
+
+
+def _share_request(
+    claim: Mapping[str, Any],
+    devices: Mapping[str, Any],
+    shares: Sequence[tuple[int, Mapping[str, Any], tuple[str, dict[str, Any]]]],
+    context: RequestContext,
+    class_configs: Mapping[str, Sequence[VGPUConfig]],
+) -> PodRequest:
+    """The engine request for the claim's share requests (none for a claim whose every
+    request is a partition)."""
+    metadata = claim.get("metadata") or {}
+    if not shares:
+        return PodRequest(metadata.get("namespace") or "default", metadata.get("name") or "", ())
+    body = {
+        **claim,
+        "spec": {
+            **(claim.get("spec") or {}),
+            "devices": {
+                **devices,
+                "requests": [
+                    {"name": (request.get("name") or ""), "exactly": exactly}
+                    for _, request, (_, exactly) in shares
+                ],
+            },
+        },
+    }
+    try:
+        pod_request, _ = claim_request(
+            body,
+            context.vendors,
+            driver=context.driver,
+            device_classes=context.device_classes,
+            class_configs=class_configs,
+        )
+    except InvalidParameterError as error:
+        raise InvalidParameterError(
+            f"ResourceClaim {claim_name(claim)} {error.field}", error.reason
+        ) from None
+    return pod_request
+
+
+def _check_constraints(
+    constraints: Sequence[Mapping[str, Any]],
+    partitions: Sequence[PartitionRequest],
+    requests: int,
+    where: str,
+) -> None:
+    """matchAttribute and distinctAttribute are not applied to partition requests: a
+    constraint that would bind one is refused rather than ignored."""
+    if not partitions:
+        return
+    names = {p.name for p in partitions} | {p.name.split("/")[0] for p in partitions}
+    for position, constraint in enumerate(constraints):
+        scope = set(constraint.get("requests") or ())
+        if (scope & names) or (not scope and requests > 1):
+            raise InvalidParameterError(
+                f"{where.removesuffix('.requests')}.constraints[{position}]",
+                "constraints over requests of a partition class are not supported",
+            )
+
+
+def _partition_request(
+    claim: Mapping[str, Any],
+    name: str,
+    exactly: Mapping[str, Any],
+    context: RequestContext,
+    where: str,
+) -> PartitionRequest:
+    """A request of a partition class: its count and the partition devices its class
+    and request selectors accept, each with at least the capacity it requests."""
+    mode = exactly.get("allocationMode") or "ExactCount"
+    if mode != "ExactCount":
+        raise InvalidParameterError(f"{where}.allocationMode", f"{mode} is not supported")
+    count = exactly.get("count", 1)
+    if not isinstance(count, int) or count < 1:
+        raise InvalidParameterError(f"{where}.count", "must be a positive integer")
+    requested = (exactly.get("capacity") or {}).get("requests") or {}
+    amounts = {}
+    for capacity, amount in requested.items():
+        try:
+            amounts[str(capacity).rsplit("/", 1)[-1]] = parse_quantity(str(amount))
+        except QuantityError as error:
+            raise InvalidParameterError(
+                f"{where}.capacity.requests.{capacity}", error.reason
+            ) from None
+    expressions = _selectors(exactly, context.classes)
+    key = (tuple(expressions), tuple(sorted(amounts.items())))
+    if key not in context.partition_selected:
+        context.partition_selected[key] = frozenset(
+            device_key
+            for device_key, device in context.inventory.partition_devices.items()
+            if _covers(device, amounts)
+            and all(context.selector_match(e, device) for e in expressions)
+        )
+    own = [(e.get("cel") or {}).get("expression", "") for e in exactly.get("selectors") or []]
+    asked = [*own, *(f"{c} >= {requested[c]}" for c in sorted(requested))]
+    return PartitionRequest(
+        claim=claim_name(claim),
+        name=name,
+        class_name=str(exactly.get("deviceClassName") or ""),
+        count=count,
+        allowed=context.partition_selected[key],
+        asked=" && ".join(asked) or "any partition",
+    )
+
+
+def _covers(device: PublishedDevice, amounts: Mapping[str, Any]) -> bool:
+    """Whether a whole device has at least each requested capacity."""
+    capacities = device.capacity()
+    try:
+        return all(
+            name in capacities and parse_quantity(str(capacities[name]["value"])) >= amount
+            for name, amount in amounts.items()
+        )
+    except (QuantityError, KeyError):
+        return False
 
 
 def _assignments(

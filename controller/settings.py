@@ -8,16 +8,27 @@ from dataclasses import dataclass, field
 from dra_driver.engine.policy import BINPACK, SPREAD
 from dra_driver.kube.informer import InformerSettings
 from dra_driver.objects.claim_workloads import DEVICE_CLASSES, DRIVER_NAME
+from dra_driver.objects.dra_vendors import NVIDIA
+from dra_driver.objects.mig_devices import PARTITION_CLASS
 
 ALLOCATION_TAINT_KEY = "vgpu.hami.io/allocation"
 """The kubelet plugin's `--controller-allocated` device taint (value `controller`)."""
 
 
+def controller_classes() -> dict[str, str]:
+    """The classes the controller serves by default: every vendor's share class and the
+    MIG partition class (its requests go to controller/partitions.py, not the engine)."""
+    return {**DEVICE_CLASSES, PARTITION_CLASS: NVIDIA.request_type}
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerSettings:
     driver: str = DRIVER_NAME
-    device_classes: Mapping[str, str] = field(default_factory=lambda: dict(DEVICE_CLASSES))
+    device_classes: Mapping[str, str] = field(default_factory=controller_classes)
     """DeviceClass name -> vendor: claims of these classes are this controller's."""
+
+    partition_classes: frozenset[str] = frozenset({PARTITION_CLASS})
+    """Those of `device_classes` whose requests are whole MIG partitions, not shares."""
 
     allocation_taint_key: str = ALLOCATION_TAINT_KEY
     """Our own device taint: it keeps kube-scheduler off, not the controller."""
