@@ -42,6 +42,13 @@ engine when its usage leaves some request of every variant too few devices with 
 free slot, its memory and its cores (`lacks_headroom`, the engine's own pruning
 test): the engine would refuse, and only a first fit's reason is ever reported.
 
+For most pods no engine is needed to say yes (`preemption_counting`): with one
+variant, one container asking for one device request and nothing in
+`decide_pod` that can refuse a placed device, the pod fits iff enough devices
+pass HAMi's per-device checks, so a trial keeps that count and a give-back
+re-judges only the devices it touches. The engine is asked only for a refusal's
+reason, and for the pods and nodes counting does not cover.
+
 Node predicates: the caller passes the nodes that pass them as they stand, and
 those that would pass only with pods bound there removed (`Holdings.rooms`: too
 many pods, too little cpu or memory). On the latter, as kube-scheduler runs
@@ -55,6 +62,7 @@ DisruptionTarget condition, the deletion, events).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -62,6 +70,7 @@ from types import MappingProxyType
 
 from controller.decide import NoFit, decide_pod
 from controller.inventory import Inventory
+from controller.preemption_counting import PassingDevices, counted_request, untagged
 from controller.preemption_shares import Share, quota_without, usage_without
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine
@@ -169,13 +178,9 @@ def plan_preemption(
     if not potential:
         return NoPreemption(NOT_HELPFUL)
     wanted = candidates_wanted(len(nodes))
-    by_node: dict[str, list[Share]] = {}
+    by_node: defaultdict[str, list[Share]] = defaultdict(list)
     for share in holdings.shares:
-        on_node = by_node.get(share.node)
-        if on_node is None:
-            by_node[share.node] = [share]
-        else:
-            on_node.append(share)
+        by_node[share.node].append(share)
     scratch = _Scratch(preemptor, engine, inventory)
     clean: list[NodeVictims] = []
     violating: list[NodeVictims] = []
@@ -336,6 +341,10 @@ class _Scratch:
         self.needs = tuple(headroom_needs(variant, engine.vendors) for variant in self.variants)
         """Per variant, the requests the engine's headroom test counts devices for (None
         when one names a vendor the registry lacks: the engine must say why)."""
+        self.counted = counted_request(
+            self.variants, engine.vendors, engine.settings.gpu_policy, engine.quota
+        )
+        """The pod's request when a fit can be counted device by device, else None."""
 
     def take(self, node: Node) -> None:
         """Make `node`, idle, the scratch engine's only node."""
@@ -388,12 +397,24 @@ class _NodeTrial:
         """The last fit's requests when the shortcut may judge a give-back, else None."""
         self._spread = False
         """The last fit walked its devices least used first (HAMi's plain spread order)."""
+        self._counting: PassingDevices | None = None
+        """The devices that pass at the last fit's usage, when counting decides."""
         scratch.take(state.node)
+        self._state = state
 
     def refusal(self, freed: Collection[Share]) -> str | None:
         """None when the pod fits with `freed` released, else the node's reason; a fit
-        becomes the usage that `fits_with_back` starts from."""
-        return self._judge(usage_without(self._usage, freed), freed)
+        becomes the usage that `fits_with_back` starts from. A fit that counting
+        finds needs no engine, and counting then judges every give-back."""
+        usage = usage_without(self._usage, freed)
+        counted = self._scratch.counted
+        if counted is not None and untagged(usage.values()):
+            passing = counted.on_node(self._state, self._scratch.inventory)
+            if passing is not None and passing.fits(usage):
+                self._fitting = usage
+                self._counting = passing
+                return None
+        return self._judge(usage, freed)
 
     def fits_with_back(self, back: Iterable[Share], freed: Iterable[Share]) -> bool:
         """Whether the pod still fits when the last fit freed `freed` and `back` too
@@ -406,6 +427,13 @@ class _NodeTrial:
                 held = charged.get(uuid, fitting.get(uuid))
                 if held is not None:
                     charged[uuid] = held.plus(amount)
+        if self._counting is not None:
+            if untagged(charged.values()):
+                kept = self._counting.fits_with(charged)
+                if kept:
+                    fitting.update(charged)
+                return kept
+            self._counting = None
         if self.keeps_fit(back, charged.keys(), charged):
             fitting.update(charged)
             return True

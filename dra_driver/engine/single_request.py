@@ -154,17 +154,11 @@ class SingleRequestJudge:
         if not facts:
             return reasons.NODE_HAS_NO_DEVICES
         counts = [0] * (_OTHER_VENDOR + 1)
-        verdicts = self._verdicts
         if self._uuids:
-            filters = self._request.filters
             for fact, device_id in zip(facts, ids, strict=True):
-                verdict = verdicts.get(fact)
-                if verdict is None:
-                    verdict = self._judge(fact)
-                if _SLOTS <= verdict <= _PASSED and not uuid_allowed(filters, device_id):
-                    verdict = _UUID
-                counts[verdict] += 1
+                counts[self._verdict(fact, device_id)] += 1
         else:
+            verdicts = self._verdicts
             for fact in facts:
                 verdict = verdicts.get(fact)
                 if verdict is None:
@@ -184,6 +178,30 @@ class SingleRequestJudge:
                 failed[reasons.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = passed
             text = self._formatted[key] = reasons.format_reason(failed, cards)
         return text
+
+    @property
+    def wanted(self) -> int:
+        """How many devices the request asks for."""
+        return self._request.count
+
+    def passes(self, fact: DeviceFacts, device_id: str) -> bool:
+        """Whether Fit would take this device (`fact`, `device_id`) for the request:
+        it passes every per-device check, uuid filters included. The node fits the
+        request iff at least `wanted` of its devices pass."""
+        return self._verdict(fact, device_id) == _PASSED
+
+    def _verdict(self, fact: DeviceFacts, device_id: str) -> int:
+        """The first check of HAMi's Fit this device fails, uuid filters included."""
+        verdict = self._verdicts.get(fact)
+        if verdict is None:
+            verdict = self._judge(fact)
+        if (
+            self._uuids
+            and _SLOTS <= verdict <= _PASSED
+            and not uuid_allowed(self._request.filters, device_id)
+        ):
+            return _UUID
+        return verdict
 
     def _judge(self, fact: DeviceFacts) -> int:
         """The first check of HAMi's Fit this device fails (the uuid check aside),
