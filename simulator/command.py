@@ -74,6 +74,15 @@ def register(commands: Subcommands) -> None:
     )
     simulate.add_argument("--gpus-per-node", type=int, env="SIMULATE_GPUS_PER_NODE", default=4)
     simulate.add_argument(
+        "--mig-nodes",
+        type=int,
+        env="SIMULATE_MIG_NODES",
+        help="NVIDIA nodes of 2 H100 80GB cards in MIG mode, each card published as MIG "
+        "partitions (class mig.nvidia.vgpu.hami.io) beside the shared cards (DRA modes "
+        "only, with nvidia among the vendors; default: 1 when a DRA mode runs the bundled "
+        "examples, 0 with --scenario)",
+    )
+    simulate.add_argument(
         "--timeout",
         type=float,
         env="SIMULATE_TIMEOUT",
@@ -109,11 +118,27 @@ def _vendor_list(text: str) -> tuple[str, ...]:
 def _simulate(args: argparse.Namespace) -> int:
     # gRPC's C core logs connection teardown at INFO to stderr; the report is the output.
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    from dra_driver.errors import InvalidParameterError
     from simulator.run import run_simulation
-    from simulator.settings import DEFAULT_VENDORS, ClusterShape, Mode, SimulationSettings
+    from simulator.settings import (
+        DEFAULT_VENDORS,
+        DRA_ALLOCATORS,
+        ClusterShape,
+        Mode,
+        SimulationSettings,
+    )
 
     mode = Mode(args.mode)
     default_vendors = ("nvidia",) if mode is Mode.MIXED else DEFAULT_VENDORS
+    dra = mode in DRA_ALLOCATORS
+    if args.mig_nodes and not dra:
+        raise InvalidParameterError(
+            "--mig-nodes", f"MIG nodes are simulated in the DRA modes only, not {mode.value}"
+        )
+    # The bundled DRA examples take partitions too; a scenario of one's own gets the
+    # cluster it asks for.
+    bundled_dra = dra and not args.scenario
+    mig_nodes = (1 if bundled_dra else 0) if args.mig_nodes is None else args.mig_nodes
     settings = SimulationSettings(
         mode=mode,
         shape=ClusterShape(
@@ -121,6 +146,7 @@ def _simulate(args: argparse.Namespace) -> int:
             vendors=args.vendors or default_vendors,
             vendor_nodes=args.vendor_nodes,
             gpus_per_node=args.gpus_per_node,
+            mig_nodes=mig_nodes,
         ),
         scenario=tuple(args.scenario or ()),
         settle_timeout_s=args.timeout,

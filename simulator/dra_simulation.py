@@ -20,11 +20,13 @@ from dra_driver.errors import InvalidParameterError
 from dra_driver.kube.rest import ApiError, KubeClient
 from dra_driver.objects.pod_claims import pod_claim_names
 from dra_driver.objects.pod_scheduling import scheduling_gate_names
+from dra_driver.objects.resource_api import RESOURCE_API
 from dra_driver.status.command import StatusSettings, fetch_status
 from dra_driver.status.model import newest_warning
 from simulator.attempts import Call, Identity
 from simulator.dra import DraCluster, dra_cluster
 from simulator.failures import run_as
+from simulator.mig_report import holds_partition, pod_partitions, published_partitions
 from simulator.phases import remove_gate
 from simulator.progress import Steps
 from simulator.report import (
@@ -239,6 +241,22 @@ def pod_report(
     return report
 
 
+async def add_partitions(
+    client: KubeClient, view: Sequence[tuple[dict[str, Any], str]], reports: Sequence[PodReport]
+) -> None:
+    """Each report gains the MIG partitions its pod's claims hold (`view` in its order),
+    read from the claims' allocations and the slices that publish the partitions (read
+    only when a claim holds one: a run of 1,000 nodes has thousands of slices)."""
+    claims = (await client.list(f"{RESOURCE_API}/resourceclaims")).get("items") or []
+    if not any(holds_partition(claim) for claim in claims):
+        return
+    slices = (await client.list(f"{RESOURCE_API}/resourceslices")).get("items") or []
+    published = published_partitions(slices)
+    by_name = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+    for (pod, _), report in zip(view, reports, strict=True):
+        report.partitions = pod_partitions(pod, by_name, published)
+
+
 async def simulate(
     settings: SimulationSettings, scenario: Scenario, progress: Any
 ) -> SimulationReport:
@@ -252,6 +270,7 @@ async def simulate(
             step("reading the result")
             registry = load_specs(node.cdi_dir for node in cluster.nodes)
             pods = [pod_report(cluster, pod, reason, registry) for pod, reason in view]
+            await run_as(ADMIN_STATUS, add_partitions(cluster.client, view, pods))
             events = await run_as(ADMIN_STATUS, cluster.client.list("/api/v1/events"))
             preemptions = preemption_reports(events.get("items") or [], [p for p, _ in view])
             target = DraTarget(cluster, settings.settle_timeout_s)

@@ -32,6 +32,8 @@ from simulator.standins.kubelet_pods import KubeletPods, PodFeed
 GPU_NODE_LABEL = "vgpu.hami.io/gpu-node"
 CONTROLLER_TAINT = Taint("vgpu.hami.io/allocation", "controller")
 GPUS_PER_NUMA_NODE = 2
+MIG_CARD_MEMORY_BYTES = 80 << 30
+"""An H100 80GB as the mock backend sizes it (NVIDIA's table picks the card by memory)."""
 
 
 def mock_gpu_uuid(node_index: int, gpu_index: int) -> str:
@@ -55,9 +57,31 @@ def mock_gpu_file(shape: ClusterShape, node_index: int) -> dict[str, Any]:
     }
 
 
+def mig_gpu_file(shape: ClusterShape, node: FamilyNode) -> dict[str, Any]:
+    """A MIG node's mock file: `mig_gpus_per_node` H100 80GB cards in MIG mode with no
+    instance yet (prepare creates each partition's), uuids by the node's position."""
+    return {
+        "gpus": [
+            {
+                "uuid": mock_gpu_uuid(node.position, index),
+                "index": index,
+                "productName": shape.mig_product,
+                "memory": MIG_CARD_MEMORY_BYTES,
+                "numa": index // GPUS_PER_NUMA_NODE,
+                "pciBusID": f"0000:{0x10 + index:02x}:00.0",
+                "mig": {"mode": "enabled"},
+            }
+            for index in range(shape.mig_gpus_per_node)
+        ]
+    }
+
+
 def family_gpu_file(shape: ClusterShape, node: FamilyNode) -> dict[str, Any]:
-    """The node's mock file: NVIDIA's as it always was, another family's cards with its
-    `vendor` (the backend fills in the family's product and memory) and uuids of its own."""
+    """The node's mock file: NVIDIA's as it always was, a MIG node's cards in MIG mode,
+    another family's cards with its `vendor` (the backend fills in the family's product
+    and memory) and uuids of its own."""
+    if node.mig:
+        return mig_gpu_file(shape, node)
     if node.vendor == "nvidia":
         return mock_gpu_file(shape, node.index)
     prefix = node.vendor.upper()

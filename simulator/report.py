@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +12,14 @@ from rich.console import Console, Group
 from rich.table import Table
 
 from cdi.resolve import SpecDevice, index_devices, resolve_container
+from dra_driver.objects.mig_devices import parse_partition_device_name
 from dra_driver.status.model import ClusterStatus, camel_case_keys
 from dra_driver.status.render import gpu_table, pending_table
 from dra_driver.status.render_summary import nodes_table, totals_line
 from dra_driver.status.summary import cluster_totals, summarize_nodes
 from kubeletplugin.vendor_env import AMD_MEMORY_LIMIT_ENV, SHARE_ENV_PREFIX, VISIBLE_DEVICES_ENV
 from simulator.attempts import AttemptReport, Outcome
+from simulator.mig_report import PartitionReport, partitions_table
 
 SHOWN_ENV_PREFIXES = (
     "CUDA_DEVICE_MEMORY_LIMIT",
@@ -83,6 +85,8 @@ class PodReport:
     (the allocation gate where the controller allocates)."""
     gates: list[str] = field(default_factory=list)
     """DRA modes: the scheduling gates it still has at the end (none once scheduled)."""
+    partitions: list[PartitionReport] = field(default_factory=list)
+    """DRA modes: the MIG partitions its claims hold (card, profile, placement)."""
 
 
 PREEMPTION_REASONS = ("Preempting", "Preempted", "PreemptionFailed")
@@ -247,9 +251,18 @@ def spec_files(cdi_ids: Iterable[str], registry: Mapping[str, SpecDevice]) -> li
     return sorted({registry[i].source for i in cdi_ids if i in registry})
 
 
+def shared_cards(status: ClusterStatus) -> ClusterStatus:
+    """The status without the MIG partition devices: it lists each published placement
+    as a device (an H100 in MIG mode is 25 of them); the partitions table shows those
+    that are held, and `-o json` keeps them all."""
+    gpus = [gpu for gpu in status.gpus if parse_partition_device_name(gpu.device) is None]
+    return status if len(gpus) == len(status.gpus) else replace(status, gpus=gpus)
+
+
 def render_gpus(status: ClusterStatus, console: Console) -> None:
     """Every GPU and its shares; past `SUMMARY_ABOVE_GPUS`, a row per node that holds a
     share and the cluster's totals instead (`dra-driver status`'s summary)."""
+    status = shared_cards(status)
     if len(status.gpus) <= SUMMARY_ABOVE_GPUS:
         console.print(gpu_table(status))
         return
@@ -283,6 +296,9 @@ def render_report(report: SimulationReport, console: Console) -> None:
             )
     if report.running:
         console.print(pods)
+    held = [(f"{p.namespace}/{p.name}", part) for p in report.pods for part in p.partitions]
+    if held:
+        console.print(partitions_table(held))
     if any(pod.devices for pod in report.running):
         console.print(devices_table(report.running))
     if any(pod.spec_files for pod in report.running):

@@ -56,10 +56,15 @@ class FamilyNode:
     """Its number among the family's nodes."""
     position: int
     """Its number among all nodes (keeps mock uuids unique across families)."""
+    mig: bool = False
+    """An NVIDIA node whose cards are in MIG mode (`ClusterShape.mig_nodes`)."""
 
     @property
     def name(self) -> str:
-        """NVIDIA nodes keep the names they always had (`sim-node-<i>`); others `sim-<id>-<i>`."""
+        """NVIDIA nodes keep the names they always had (`sim-node-<i>`), their MIG nodes are
+        `sim-mig-<i>`; others `sim-<id>-<i>`."""
+        if self.mig:
+            return f"sim-mig-{self.index}"
         if self.vendor == "nvidia":
             return f"sim-node-{self.index}"
         return f"sim-{self.vendor}-{self.index}"
@@ -79,16 +84,28 @@ class ClusterShape:
     gpu_product: str = "NVIDIA A100-SXM4-80GB"
     split_count: int = 10
     """Shares per GPU."""
+    mig_nodes: int = 0
+    """NVIDIA nodes whose cards are in MIG mode, published as partitions (DRA modes; only
+    with `nvidia` among the vendors). The command gives a DRA run of the bundled examples one."""
+    mig_gpus_per_node: int = 2
+    mig_product: str = "NVIDIA H100 80GB HBM3"
+    """The MIG nodes' cards: H100 80GB, whose profiles come from NVIDIA's table
+    (`dra_driver.objects.mig_profiles.H100_80GB`)."""
 
     def node_name(self, index: int) -> str:
         return f"sim-node-{index}"
 
     def family_nodes(self) -> tuple[FamilyNode, ...]:
-        """The cluster's nodes: `nodes` of NVIDIA, `vendor_nodes` of each other family."""
+        """The cluster's nodes: `nodes` of NVIDIA, `vendor_nodes` of each other family, then
+        the `mig_nodes` (last, so the other nodes keep their positions and mock uuids)."""
         found: list[FamilyNode] = []
         for vendor in dict.fromkeys(self.vendors):
             count = self.nodes if vendor == "nvidia" else self.vendor_nodes
             found += [FamilyNode(vendor, i, len(found) + i) for i in range(count)]
+        if "nvidia" in self.vendors:
+            found += [
+                FamilyNode("nvidia", i, len(found) + i, mig=True) for i in range(self.mig_nodes)
+            ]
         return tuple(found)
 
 

@@ -7,7 +7,10 @@ pools on the node; they match by DeviceClass and request selectors (CEL, via
 dra_cel, as kube-scheduler evaluates them); a device with a NoSchedule/NoExecute
 taint the request does not tolerate is never chosen; consumable capacity is rounded
 up, or refused, by each capacity's requestPolicy (capacity_policy, the rule the
-controller uses too) and summed over every allocated claim.
+controller uses too) and summed over every allocated claim; a partitionable device
+(`consumesCounters`, e.g. a MIG placement) is taken only while its pool's shared
+counters hold what it consumes beside every allocated one, as kube-scheduler v1.36
+does, so two overlapping placements are never both allocated.
 
 It reads only the objects it is given (no client, no clock: `now` and share ids are
 passed in), so dra_scheduler.py can try it on every node of one scheduling cycle.
@@ -74,6 +77,11 @@ def untolerated_device_taint(
     return dict(taint) if taint is not None else None
 
 
+CounterKey = tuple[str, str, str]
+"""(driver, pool, counter set): one pool's shared counter set."""
+Counters = Mapping[CounterKey, Mapping[str, Decimal]]
+
+
 @dataclass(frozen=True, slots=True)
 class PoolDevice:
     """One device of a usable pool, as the slice publishes it."""
@@ -81,6 +89,8 @@ class PoolDevice:
     driver: str
     pool: str
     spec: Mapping[str, Any]
+    consumes: Counters = field(default_factory=dict)
+    """What it takes of its pool's shared counters while allocated (`consumesCounters`)."""
 
     @property
     def key(self) -> DeviceKey:
@@ -100,24 +110,66 @@ def _slice_on_node(spec: Mapping[str, Any], node: dict[str, Any]) -> bool:
     return selector is not None and node_selector_matches(node, dict(selector))
 
 
-def node_pool_devices(
+def _node_pools(
     slices: Sequence[Mapping[str, Any]], node: dict[str, Any]
-) -> list[PoolDevice]:
-    """The devices the node can use: per pool, only the newest generation, only if complete."""
+) -> dict[tuple[str, str], list[Mapping[str, Any]]]:
+    """The slice specs of each pool the node can use: only the newest generation, only if
+    complete (a pool's counters-only slice counts among its slices)."""
     pools: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for item in slices:
         spec = item.get("spec") or {}
         if _slice_on_node(spec, node):
             pools.setdefault((spec["driver"], spec["pool"]["name"]), []).append(spec)
-    devices: list[PoolDevice] = []
-    for (driver, pool), specs in pools.items():
+    usable = {}
+    for key, specs in pools.items():
         newest = max(int(s["pool"]["generation"]) for s in specs)
         current = [s for s in specs if int(s["pool"]["generation"]) == newest]
-        if len(current) != int(current[0]["pool"]["resourceSliceCount"]):
-            continue
-        for spec in current:
-            devices.extend(PoolDevice(driver, pool, d) for d in spec.get("devices") or [])
+        if len(current) == int(current[0]["pool"]["resourceSliceCount"]):
+            usable[key] = current
+    return usable
+
+
+def _amounts(driver: str, pool: str, sets: Sequence[Mapping[str, Any]]) -> Counters:
+    """`sharedCounters` or `consumesCounters` entries as amounts per counter set."""
+    found: dict[CounterKey, dict[str, Decimal]] = {}
+    for entry in sets:
+        name = str(entry.get("name") or entry.get("counterSet") or "")
+        amounts = found.setdefault((driver, pool, name), {})
+        for counter, value in (entry.get("counters") or {}).items():
+            amount = parse_quantity(str((value or {}).get("value", "0")))
+            amounts[counter] = amounts.get(counter, Decimal(0)) + amount
+    return found
+
+
+def node_pool_devices(
+    slices: Sequence[Mapping[str, Any]], node: dict[str, Any]
+) -> list[PoolDevice]:
+    """The devices the node can use (`_node_pools`); one whose counter consumption does
+    not parse is left out, as kube-scheduler cannot charge it."""
+    devices: list[PoolDevice] = []
+    for (driver, pool), specs in _node_pools(slices, node).items():
+        for spec in specs:
+            for device in spec.get("devices") or []:
+                try:
+                    consumes = _amounts(driver, pool, device.get("consumesCounters") or [])
+                except QuantityError:
+                    log.warning("unreadable consumesCounters", extra={"device": device.get("name")})
+                    continue
+                devices.append(PoolDevice(driver, pool, device, consumes))
     return devices
+
+
+def node_pool_counters(slices: Sequence[Mapping[str, Any]], node: dict[str, Any]) -> Counters:
+    """The shared counter sets of the pools the node can use (`sharedCounters`, v1.36:
+    in slices of their own), what partitionable devices consume."""
+    counters: dict[CounterKey, Mapping[str, Decimal]] = {}
+    for (driver, pool), specs in _node_pools(slices, node).items():
+        for spec in specs:
+            try:
+                counters.update(_amounts(driver, pool, spec.get("sharedCounters") or []))
+            except QuantityError:
+                log.warning("unreadable sharedCounters", extra={"pool": pool})
+    return counters
 
 
 @dataclass
@@ -255,10 +307,16 @@ def _option(device: PoolDevice, request: DeviceRequest) -> _Option | None:
 
 
 def plan_allocation(
-    requests: Sequence[DeviceRequest], devices: Sequence[PoolDevice], usage: DeviceUsage
+    requests: Sequence[DeviceRequest],
+    devices: Sequence[PoolDevice],
+    usage: DeviceUsage,
+    counters: Counters | None = None,
 ) -> list[Pick] | None:
     """Devices for every request, or None: a depth-first search over the requests' device
-    slots (distinct devices within a request), backtracking when capacity runs out."""
+    slots (distinct devices within a request), backtracking when capacity runs out. A
+    whole device that consumes shared counters (a partition) is taken only while its
+    pool's `counters` still hold what it consumes beside the allocated devices' and the
+    ones chosen before it, so overlapping partitions are never both handed out."""
     slots: list[tuple[DeviceRequest, list[_Option]]] = []
     for request in requests:
         options = []
@@ -279,7 +337,36 @@ def plan_allocation(
             return None
         slots.extend((request, options) for _ in range(count))
     used = {key: dict(amounts) for key, amounts in usage.consumed.items()}
-    return _search(slots, 0, used, set(), [])
+    ledger = _CounterLedger(counters or {})
+    for device in devices:
+        if device.key in usage.dedicated:
+            ledger.charge(device.consumes, 1)
+    return _search(slots, 0, used, set(), [], ledger)
+
+
+class _CounterLedger:
+    """What the pools' shared counter sets hold, and what the taken devices consume."""
+
+    def __init__(self, available: Counters) -> None:
+        self.available = available
+        self.consumed: dict[CounterKey, dict[str, Decimal]] = {}
+
+    def fits(self, consumes: Counters) -> bool:
+        for key, amounts in consumes.items():
+            held = self.available.get(key)
+            if held is None:
+                return False
+            taken = self.consumed.get(key) or {}
+            for name, amount in amounts.items():
+                if taken.get(name, Decimal(0)) + amount > held.get(name, Decimal(0)):
+                    return False
+        return True
+
+    def charge(self, consumes: Counters, sign: int) -> None:
+        for key, amounts in consumes.items():
+            taken = self.consumed.setdefault(key, {})
+            for name, amount in amounts.items():
+                taken[name] = taken.get(name, Decimal(0)) + sign * amount
 
 
 def _search(
@@ -288,6 +375,7 @@ def _search(
     used: dict[DeviceKey, dict[str, Decimal]],
     whole: set[DeviceKey],
     chosen: list[Pick],
+    ledger: _CounterLedger,
 ) -> list[Pick] | None:
     if index == len(slots):
         return list(chosen)
@@ -297,12 +385,15 @@ def _search(
         if key in whole or any(p.request is request and p.device.key == key for p in chosen):
             continue
         if option.take is None:
-            if key in used:
+            consumes = option.device.consumes
+            if key in used or not ledger.fits(consumes):
                 continue
             whole.add(key)
+            ledger.charge(consumes, 1)
             chosen.append(Pick(request, option.device, None))
-            found = _search(slots, index + 1, used, whole, chosen)
+            found = _search(slots, index + 1, used, whole, chosen, ledger)
             chosen.pop()
+            ledger.charge(consumes, -1)
             whole.discard(key)
         else:
             before = used.get(key)
@@ -313,7 +404,7 @@ def _search(
                 continue
             used[key] = after
             chosen.append(Pick(request, option.device, option.take))
-            found = _search(slots, index + 1, used, whole, chosen)
+            found = _search(slots, index + 1, used, whole, chosen, ledger)
             chosen.pop()
             if before is None:
                 del used[key]

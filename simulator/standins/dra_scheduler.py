@@ -63,6 +63,7 @@ from simulator.standins.dra_allocator import (
     build_allocation,
     build_requests,
     device_usage,
+    node_pool_counters,
     node_pool_devices,
     plan_allocation,
 )
@@ -484,8 +485,10 @@ class _Allocator:
         self.usage = device_usage(list(cache.every_claim()))
 
     def plan(self, info: NodeInfo) -> list[Pick] | None:
-        devices = node_pool_devices(self.cache.slices_for(info.node), info.node)
-        return plan_allocation(self.requests, devices, self.usage)
+        slices = self.cache.slices_for(info.node)
+        devices = node_pool_devices(slices, info.node)
+        counters = node_pool_counters(slices, info.node)
+        return plan_allocation(self.requests, devices, self.usage, counters)
 
     def allocations(
         self, info: NodeInfo, picks: Sequence[Pick], indexes: Sequence[int]
