@@ -35,6 +35,7 @@ from dra_driver.errors import DriverError, InvalidParameterError
 from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import WARNING, EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient
+from dra_driver.objects.mig_profiles import Placement
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from dra_driver.process.runtime import cancel_and_wait
 from kubeletplugin.checkpoint import CheckpointFile, read_boot_id
@@ -43,7 +44,8 @@ from kubeletplugin.gpu_sources import open_gpu_backend, watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
 from kubeletplugin.grpc_services import HealthWatch, RegistrationService, add_dra_services
 from kubeletplugin.metrics import PluginMetrics
-from kubeletplugin.mig_slices import is_shared, withheld_reason
+from kubeletplugin.mig_prepare import MigPartitions
+from kubeletplugin.mig_slices import is_shared, withheld_reason, without_instances
 from kubeletplugin.node_config import load_node_config
 from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import CLAIM_READ_TIMEOUT_S, ClaimPreparer, PreparerSettings
@@ -202,6 +204,11 @@ class KubeletPlugin:
             CdiSpecWriter(settings.cdi_dir),
             self.metrics,
             self.events,
+            mig=MigPartitions(
+                backend,
+                with_device_nodes=settings.with_device_nodes and backend.has_device_nodes,
+                dev_dir=settings.dev_dir,
+            ),
         )
         self._servers: dict[Path, grpc.aio.Server] = {}
         self._retired: list[grpc.aio.Server] = []
@@ -228,7 +235,7 @@ class KubeletPlugin:
         await self.api_wait.until_serving(self.client)
         await self.publisher.start()
         await self.api_wait.until_reachable(
-            lambda: self.publisher.publish(self.gpus, self.slice_settings)
+            lambda: self.publisher.publish(self.publishable_gpus(), self.slice_settings)
         )
         self._tasks.append(asyncio.create_task(self._republish(), name="republish"))
         if self._watched_files():
@@ -267,6 +274,16 @@ class KubeletPlugin:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    def publishable_gpus(self) -> tuple[GpuInfo, ...]:
+        """The cards as published: the MIG instances prepare made for claims are left out
+        (their partitions stay published, allocated to those claims), so only an
+        administrator's instances hide placements."""
+        own: dict[str, set[Placement]] = {}
+        for record in self.preparer.checkpoint.claims.values():
+            for made in record.mig:
+                own.setdefault(made.gpu_uuid, set()).add(Placement(made.start, made.size))
+        return without_instances(self.gpus, own)
 
     async def refresh_devices(self) -> None:
         """Discover again and re-read the node config; tell kubelet's health
@@ -376,7 +393,7 @@ class KubeletPlugin:
             self._devices_changed.clear()
             try:
                 await self.refresh_devices()
-                await self.publisher.publish(self.gpus, self.slice_settings)
+                await self.publisher.publish(self.publishable_gpus(), self.slice_settings)
             except DriverError as error:
                 log.error("devices not republished", extra={"error": str(error)})
 
