@@ -6,6 +6,7 @@ without a GPU (where `open_host_backend` falls back to the static backend).
 The mock backend reads the kubelet plugin's mock file (any vendor), so every
 family's host series exist in the simulator and the tests; no other vendor's
 live figures are read here (no maintained binding serves them; docs/vendors.md).
+Each card also lists its MIG devices (`host_mig`), for the monitor's MIG series.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any, Protocol
 
 import yaml
 
+from api.quantity import to_bytes_ceil
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_vendors import NVIDIA, dra_vendor
+from libvgpu.host_mig import HostMigInstance, mock_mig_instances, read_nvml_mig_instances
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +41,8 @@ class HostGpu:
     memory_utilization_percent: int
     vendor: str = NVIDIA.request_type
     """The family's HAMi request type, as the DRA `vendor` attribute says it (`vendor` label)."""
+    mig_instances: tuple[HostMigInstance, ...] = ()
+    """The card's MIG devices, by placement; empty for a card not in MIG mode."""
 
 
 class HostGpuBackend(Protocol):
@@ -94,11 +99,20 @@ class NvmlHostBackend:
                         memory_used_bytes=int(memory.used),
                         utilization_percent=int(rates.gpu),
                         memory_utilization_percent=int(rates.memory),
+                        mig_instances=self._mig_instances(index, handle),
                     )
                 )
             except nvml.NVMLError as error:
                 log.warning("NVML read of GPU %d failed: %s", index, error)
         return tuple(gpus)
+
+    def _mig_instances(self, index: int, handle: Any) -> tuple[HostMigInstance, ...]:
+        """A card whose MIG side cannot be read keeps its figures, without MIG devices."""
+        try:
+            return read_nvml_mig_instances(self._nvml, handle)
+        except self._nvml.NVMLError as error:
+            log.warning("NVML read of GPU %d's MIG devices failed: %s", index, error)
+            return ()
 
     def close(self) -> None:
         self._nvml.nvmlShutdown()
@@ -124,6 +138,7 @@ class MockHostBackend:
                     utilization_percent=int(gpu.get("utilization", 0)),
                     memory_utilization_percent=0,
                     vendor=vendor.request_type,
+                    mig_instances=_mock_mig(gpu, vendor.product, vendor.memory_bytes),
                 )
                 for gpu in document.get("gpus") or ()
             )
@@ -136,6 +151,22 @@ class MockHostBackend:
 
     def close(self) -> None:
         return None
+
+
+def _mock_mig(
+    gpu: dict[str, Any], default_product: str, default_memory: int
+) -> tuple[HostMigInstance, ...]:
+    """The MIG devices a mock card's `mig` entry seeds (its product and memory pick the table)."""
+    mig = gpu.get("mig")
+    if not isinstance(mig, dict):
+        return ()
+    memory = gpu.get("memory")
+    return mock_mig_instances(
+        str(gpu["uuid"]),
+        str(gpu.get("productName") or default_product),
+        default_memory if memory is None else to_bytes_ceil(str(memory)),
+        mig,
+    )
 
 
 def open_host_backend(mock_gpus: Path | None = None) -> HostGpuBackend:

@@ -5,6 +5,9 @@ known cache files and the host backend. Every series carries HAMi's const
 label `zone="vGPU"`; container series also carry `claim_uid` (empty for legacy
 containers), which keeps the series of two claims in one pod apart.
 
+The MIG families (`mig_series`) follow, from the same host reading and the
+MIG users the informers feed (a MIG container has no cache file).
+
 A file's lines are kept between scrapes and reused while its snapshot is the
 very object `CacheFiles` handed out last time (its bytes did not change), its
 owners are the same and its last-kernel age is the same whole second.
@@ -32,6 +35,8 @@ from libvgpu.cache_files import CacheFiles, CacheReading
 from libvgpu.claim_views import ClaimViews
 from libvgpu.exposition import format_value, gauge_header, label_set, sample, series_prefix
 from libvgpu.host_gpus import HostGpu, HostGpuBackend
+from libvgpu.mig_series import render_mig_series
+from libvgpu.mig_users import MigUsers
 from libvgpu.owners import Owner, OwnerResolver
 from libvgpu.region_reader import DeviceUsage, RegionSnapshot
 
@@ -257,6 +262,7 @@ class VgpuMetrics:
         *,
         legacy_metrics: bool = False,
         clock: Callable[[], float] = time.time,
+        mig_users: MigUsers | None = None,
     ) -> None:
         self._files = files
         self._resolver = resolver
@@ -266,12 +272,13 @@ class VgpuMetrics:
         self._clock = clock
         self._texts: dict[str, _FileText] = {}
         self._views = ClaimViews()
+        self._mig_users = mig_users if mig_users is not None else MigUsers(node_name)
 
     def render(self) -> str:
         host = _Lines()
-        if self._node:
-            for gpu in self._host.read():
-                self._add_host(host, gpu)
+        gpus = self._host.read() if self._node else ()
+        for gpu in gpus:
+            self._add_host(host, gpu)
         sections = [["".join(lines)] for lines in host.by_family]
         now = self._clock()
         previous, texts = self._texts, {}
@@ -292,10 +299,20 @@ class VgpuMetrics:
             for section, chunk in zip(sections, text.by_family, strict=True):
                 section.append(chunk)
         self._texts = texts
-        return "".join(
-            _HEADERS[family] + "".join(sections[family])
-            for family in Family
-            if self._legacy or not FAMILIES[family].legacy
+        mig = render_mig_series(
+            self._node,
+            gpus,
+            self._mig_users.legacy(),
+            self._mig_users.claims(),
+            legacy_metrics=self._legacy,
+        )
+        return (
+            "".join(
+                _HEADERS[family] + "".join(sections[family])
+                for family in Family
+                if self._legacy or not FAMILIES[family].legacy
+            )
+            + mig
         )
 
     def _add_host(self, lines: _Lines, gpu: HostGpu) -> None:

@@ -22,6 +22,7 @@ from libvgpu.cache_files import CacheFiles
 from libvgpu.cache_watcher import CacheWatcher, WatchSettings
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
 from libvgpu.metrics import VgpuMetrics
+from libvgpu.mig_users import MigUsers
 from libvgpu.owners import (
     ClaimIndex,
     ClaimResolver,
@@ -132,7 +133,8 @@ class MetricsServer:
 
 
 class VgpuMonitor:
-    """Watcher, series and server for one cache root; owns (and closes) the host backend."""
+    """Watcher, series and server for one cache root; owns (and closes) the host backend.
+    `mig_users` names the MIG series' containers (none without it)."""
 
     def __init__(
         self,
@@ -140,6 +142,7 @@ class VgpuMonitor:
         resolver: OwnerResolver,
         host: HostGpuBackend,
         registry: CollectorRegistry,
+        mig_users: MigUsers | None = None,
     ) -> None:
         self.files = CacheFiles()
         self.watcher = CacheWatcher(settings.cache_root, self.files, settings.watch)
@@ -151,6 +154,7 @@ class VgpuMonitor:
             host,
             settings.node_name,
             legacy_metrics=settings.legacy_metrics,
+            mig_users=mig_users,
         )
         self._server = MetricsServer(
             registry, settings.host, settings.port, text_sources=[self.metrics.render]

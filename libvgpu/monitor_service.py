@@ -2,7 +2,8 @@
 
 Claims (all namespaces) feed the claim index and this node's pods feed the
 pod index, so cache dirs map to namespace/pod/claim labels as the cluster
-changes, without a per-scrape API call.
+changes, without a per-scrape API call. The same events feed the MIG users (legacy
+pods' `hami.io/vgpu-mig-allocations`, claims' partitions in this node's pool).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
 from dra_driver.process.runtime import cancel_and_wait
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
+from libvgpu.mig_users import MigUsers
 from libvgpu.monitor import MonitorSettings, VgpuMonitor
 from libvgpu.owners import ClaimIndex, ClaimResolver, CombinedResolver, LegacyPodResolver, PodIndex
 
@@ -36,15 +38,23 @@ class MonitorService:
         # Its own User-Agent: the RBAC audit checks these calls against its ClusterRole.
         client = client.for_component("monitor")
         self.claims, self.pods = ClaimIndex(), PodIndex()
+        self.mig_users = MigUsers(settings.node_name)
         node_selector = f"spec.nodeName={settings.node_name}" if settings.node_name else None
         self.informers = [
-            Informer(client, CLAIMS_PATH, handlers=[self.claims.apply_event]),
             Informer(
-                client, PODS_PATH, handlers=[self.pods.apply_event], field_selector=node_selector
+                client,
+                CLAIMS_PATH,
+                handlers=[self.claims.apply_event, self.mig_users.apply_claim_event],
+            ),
+            Informer(
+                client,
+                PODS_PATH,
+                handlers=[self.pods.apply_event, self.mig_users.apply_pod_event],
+                field_selector=node_selector,
             ),
         ]
         resolver = CombinedResolver(ClaimResolver(self.claims), LegacyPodResolver(self.pods))
-        self.monitor = VgpuMonitor(settings, resolver, host, registry)
+        self.monitor = VgpuMonitor(settings, resolver, host, registry, self.mig_users)
         self._tasks: list[asyncio.Task[None]] = []
 
     @property
