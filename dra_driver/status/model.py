@@ -4,13 +4,15 @@ Built from plain API objects (ResourceSlices, ResourceClaims, Pods, Nodes,
 Events), so it has no I/O and the same code serves the CLI, the simulator and
 tests. DRA shares come from claim allocations of this driver's devices;
 legacy-mode shares from HAMi's node register and pod device annotations, so
-both kinds of GPU appear on one view. A card a mixed node serves both ways (a
-slice device and a register entry with one uuid) is one GPU with both modes'
-holders, so the bar shows everything the card holds. Each share says who holds it to its
-memory and cores (`enforced_by`) and whether they hold: for an NVIDIA card
-HAMi-core, off where an opt-out is in effect (`enforcement.py` has the rules);
-for another family what `dra_vendors` says of it: the vendor's runtime (an
-Ascend vNPU template) or nobody, the share being accounting only.
+both kinds of GPU appear on one view. A MIG-mode card's partition devices fold into
+one row with its placements and their holders (`partitions.py`). A card a mixed
+node serves both ways (a slice device and a register entry with one uuid) is one
+GPU with both modes' holders, so the bar shows everything the card holds. Each
+share says who holds it to its memory and cores (`enforced_by`) and whether they
+hold: for an NVIDIA card HAMi-core, off where an opt-out is in effect
+(`enforcement.py` has the rules); for another family what `dra_vendors` says of
+it: the vendor's runtime (an Ascend vNPU template) or nobody, the share being
+accounting only; for a MIG partition the hardware.
 """
 
 from __future__ import annotations
@@ -39,8 +41,14 @@ from dra_driver.status.enforcement import (
     legacy_opt_outs,
     opt_out_reports,
 )
+from dra_driver.status.partitions import (
+    DeviceKey,
+    add_legacy_partitions,
+    fold_partitions,
+    partition_of,
+)
 from dra_driver.status.summary import cluster_totals, summarize_nodes
-from dra_driver.status.views import GpuView, PendingClaimView, ShareView
+from dra_driver.status.views import GpuView, PartitionView, PendingClaimView, ShareView
 
 DRA = "dra"
 LEGACY = "legacy"
@@ -58,6 +66,12 @@ class ClusterStatus:
         gpus = []
         for gpu in self.gpus:
             entry = plain_data(gpu)
+            if not gpu.partitions:
+                # Only a MIG-mode card has placements; other cards keep their keys.
+                del entry["partitions"]
+            for share in entry["shares"]:
+                if not share["partition"]:
+                    del share["partition"]
             entry["allocatedMemoryBytes"] = gpu.allocated_memory_bytes
             entry["allocatedCores"] = gpu.allocated_cores
             gpus.append(entry)
@@ -125,7 +139,14 @@ def _capacity(device: Mapping[str, Any], name: str) -> int:
     return _quantity_bytes(((device.get("capacity") or {}).get(name) or {}).get("value", "0"))
 
 
-def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[str, str], GpuView]:
+PartitionInfo = dict[DeviceKey, tuple[PartitionView, str, int, int]]
+"""A partition device's placement, parent uuid, parent index and compute slices."""
+
+
+def _dra_gpus(
+    slices: Iterable[Mapping[str, Any]], driver: str
+) -> tuple[dict[DeviceKey, GpuView], PartitionInfo]:
+    partitions: PartitionInfo = {}
     newest: dict[str, int] = {}
     for item in slices:
         spec = item.get("spec") or {}
@@ -140,6 +161,14 @@ def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[st
             continue
         for device in spec.get("devices") or []:
             taints = device.get("taints") or []
+            partition = partition_of(device, _capacity(device, "memory"))
+            if partition is not None:
+                partitions[(pool, device["name"])] = (
+                    partition,
+                    str(_attribute(device, "parentUUID")),
+                    int(_attribute(device, "parentIndex") or 0),
+                    int(_attribute(device, "computeSlices") or 0),
+                )
             gpus[(pool, device["name"])] = GpuView(
                 node=spec.get("nodeName") or pool,
                 device=device["name"],
@@ -152,7 +181,7 @@ def _dra_gpus(slices: Iterable[Mapping[str, Any]], driver: str) -> dict[tuple[st
                 healthy=not any(t.get("key", "").endswith("/unhealthy") for t in taints),
                 vendor=str(_attribute(device, "vendor") or ""),
             )
-    return gpus
+    return gpus, partitions
 
 
 def _add_claim_shares(
@@ -396,10 +425,12 @@ def build_status(
     """The view; `device_classes` whose selectors name `driver` mark the pending claims as ours."""
     only = only or StatusFilter()
     claims, pods, events = list(claims), list(pods), list(events)
-    dra = _dra_gpus(list(slices), driver)
+    dra, partitions = _dra_gpus(list(slices), driver)
     _add_claim_shares(dra, claims, driver, events)
+    fold_partitions(dra, partitions)
     legacy = _legacy_gpus(nodes)
     _add_pod_shares(legacy, pods)
+    add_legacy_partitions(legacy, pods, LEGACY)
     merged = merge_served_both_ways(dra.values(), legacy.values())
     gpus = sorted(merged, key=lambda g: (g.node, g.mode, g.device))
     if only.node:

@@ -10,7 +10,9 @@ and why: a reader sizing a card must see which shares are accounting only. A
 share not enforced by HAMi-core (another vendor's card) is tagged with who
 enforces it instead (`[Ascend runtime (vNPU template)]`, `[accounting only]`),
 so "enforced" is never read in libvgpu's sense where libvgpu is not there.
-On a card served both ways (`mixed`) each holder says its mode, `(dra)` or
+A MIG-mode card's holders each say their partition (profile, `start:size`) and
+are tagged `[MIG (hardware partition)]`; a last dim line lists the placements still
+free, by profile. On a card served both ways (`mixed`) each holder says its mode, `(dra)` or
 `(legacy)`: one bar, and the reader still sees which allocator gave what.
 """
 
@@ -60,12 +62,42 @@ def _holder(gpu: GpuView, share: ShareView) -> Text:
         line.append(f" [{share.enforced_by}]", style="yellow" if share.enforced else "red")
     elif not share.enforced:
         line.append(f" [{LIMITS_OFF}]", style="bold red")
+    if share.partition:
+        line.append(f" {share.partition}")
     line.append(f" {gib(share.memory_bytes)} {share.cores}% pods={pods}")
     return line
 
 
+def free_placements(gpu: GpuView) -> Text | None:
+    """A partitioned card's published placements that overlap no held one, by profile:
+    `free 1g.10gb 0:1 1:1; ...` (None for a card with none published: a legacy card
+    lists only what its pods hold)."""
+    if not any(p.device for p in gpu.partitions):
+        return None
+    held = [_span(p.placement) for p in gpu.partitions if p.holder]
+    free: dict[str, list[str]] = {}
+    for partition in gpu.partitions:
+        start, end = _span(partition.placement)
+        if not any(start < other_end and other_start < end for other_start, other_end in held):
+            free.setdefault(partition.profile, []).append(partition.placement)
+    listed = "; ".join(f"{profile} {' '.join(starts)}" for profile, starts in free.items())
+    return Text(f"free {listed or 'none'}", style="dim")
+
+
+def _span(placement: str) -> tuple[int, int]:
+    """`start:size` as [start, end) in memory slices."""
+    start, size = (int(part) for part in placement.split(":"))
+    return start, start + size
+
+
+def _holder_lines(gpu: GpuView) -> list[Text]:
+    lines = [_holder(gpu, share) for share in gpu.shares]
+    free = free_placements(gpu)
+    return lines if free is None else [*lines, free]
+
+
 def _holders(gpu: GpuView) -> Text:
-    return Text("\n").join(_holder(gpu, share) for share in gpu.shares)
+    return Text("\n").join(_holder_lines(gpu))
 
 
 def _gpu_cells(gpu: GpuView) -> list[Text | str]:
@@ -93,7 +125,7 @@ def gpu_lines(status: ClusterStatus) -> Text:
     rows: list[list[Text | str]] = []
     for gpu in status.gpus:
         cells = _gpu_cells(gpu)
-        holders = [_holder(gpu, share) for share in gpu.shares] or [Text("-")]
+        holders = _holder_lines(gpu) or [Text("-")]
         rows.append([*cells, holders[0]])
         rows.extend([*([""] * len(cells)), holder] for holder in holders[1:])
     return aligned(GPU_SHARES, [column.upper() for column in GPU_COLUMNS], rows)

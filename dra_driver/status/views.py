@@ -12,6 +12,23 @@ from dra_driver.objects.dra_vendors import LIBVGPU
 
 
 @dataclass(slots=True)
+class PartitionView:
+    """One MIG placement of a partitioned card, and who holds it (empty while free)."""
+
+    profile: str
+    placement: str
+    """`start:size` in memory slices, as `nvidia-smi mig -lgipp` prints it."""
+    memory_bytes: int
+    device: str = ""
+    """The partition's ResourceSlice device (DRA); empty for a legacy pod's slice."""
+    mode: str = ""
+    namespace: str = ""
+    holder: str = ""
+    """The claim (DRA) or pod (legacy) holding the placement."""
+    pods: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ShareView:
     """One holder's share of a GPU: a claim (DRA) or a pod's container set (legacy)."""
 
@@ -30,6 +47,8 @@ class ShareView:
     enforced_by: str = LIBVGPU
     """Who holds the share to its limits: HAMi-core (libvgpu) for NVIDIA cards, else the
     family's entry in `dra_vendors` (`Ascend runtime (vNPU template)`, `accounting only`)."""
+    partition: str = ""
+    """`<profile> <start:size>` when the share is a MIG partition (the hardware holds it)."""
 
 
 @dataclass(slots=True)
@@ -47,6 +66,9 @@ class GpuView:
     shares: list[ShareView] = field(default_factory=list)
     vendor: str = ""
     """The card's family: the device's `vendor` attribute (DRA), HAMi's register key (legacy)."""
+    partitions: list[PartitionView] = field(default_factory=list)
+    """A MIG-mode card's placements: every published one (DRA, free or held), and the
+    slices legacy pods hold; empty for a card shared through HAMi-core."""
 
     @property
     def allocated_memory_bytes(self) -> int:
