@@ -18,6 +18,7 @@ naming the card, profile, placement and what is free.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 from typing import Any
 
 from dra_driver.objects.mig_profiles import MigCard, MigProfile, Placement, mig_card
@@ -136,8 +137,8 @@ def _gpu_instances(nvml: Any, handle: Any, info: Any) -> list[Any]:
     return list(array[: count.value])
 
 
-def _compute_instance_ids(nvml: Any, gpu_instance: Any) -> list[int]:
-    ids: list[int] = []
+def _compute_profiles(nvml: Any, gpu_instance: Any) -> Iterator[Any]:
+    """The compute-instance profiles the GPU instance supports (their profile infos)."""
     count_of = int(
         getattr(nvml, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", COMPUTE_INSTANCE_PROFILE_COUNT)
     )
@@ -148,6 +149,12 @@ def _compute_instance_ids(nvml: Any, gpu_instance: Any) -> list[int]:
             )
         except nvml.NVMLError:
             continue
+        yield info
+
+
+def _compute_instance_ids(nvml: Any, gpu_instance: Any) -> list[int]:
+    ids: list[int] = []
+    for info in _compute_profiles(nvml, gpu_instance):
         if info.instanceCount == 0:
             continue
         count = ctypes.c_uint(0)
@@ -269,16 +276,7 @@ def destroy_mig_instance(
 
 def _full_compute_profile(nvml: Any, gpu_instance: Any, compute_slices: int) -> int | None:
     """The compute-instance profile id that spans the GPU instance's compute slices."""
-    count_of = int(
-        getattr(nvml, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", COMPUTE_INSTANCE_PROFILE_COUNT)
-    )
-    for ci_profile in range(count_of):
-        try:
-            info = nvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                gpu_instance, ci_profile, COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
-            )
-        except nvml.NVMLError:
-            continue
+    for info in _compute_profiles(nvml, gpu_instance):
         if int(info.sliceCount) == compute_slices:
             return int(info.id)
     return None
