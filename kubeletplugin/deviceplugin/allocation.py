@@ -59,6 +59,9 @@ class ContainerGrant:
     pod: PodRef
     pod_uid: str
     container: str
+    position: int
+    """The container's place in the pod, init containers first (HAMi's container index)."""
+
     devices: tuple[ContainerDevice, ...]
     env: Mapping[str, str]
     """The container's literal env vars (valueFrom entries have no value here)."""
@@ -154,6 +157,7 @@ def next_container(pod: Mapping[str, Any], node_name: str, requested: int) -> Co
         pod=ref,
         pod_uid=str(metadata.get("uid", "")),
         container=cname,
+        position=position,
         devices=devices,
         env={
             str(e["name"]): str(e["value"])

@@ -7,6 +7,10 @@ libvgpu files, create the container's libvgpu cache dir, then write the
 outcome back on the pod (`hami.io/vgpu-devices-to-allocate` with the served
 container emptied; `hami.io/bind-phase` success once no container is left)
 and release the lock.
+A container HAMi's scheduler gave MIG slices (`hami.io/vgpu-mig-allocations`)
+gets its instances instead (mig_allocate.py), created before the pod is written
+and destroyed again if that write fails; the same patch records their runtime
+identity in the annotation.
 Any failure after the pod is known marks it `failed` and releases the lock,
 so the node is not held for a pod kubelet has already rejected.
 
@@ -27,6 +31,7 @@ from typing import Any
 from api.hami_annotations import (
     BIND_PHASE,
     VGPU_DEVICES_TO_ALLOCATE,
+    VGPU_MIG_ALLOCATIONS,
     BindPhase,
     RegisteredDevice,
 )
@@ -49,6 +54,8 @@ from kubeletplugin.deviceplugin.devices import (
     registered_devices,
     replica_uuid,
 )
+from kubeletplugin.deviceplugin.mig_allocate import MigAllocator, MigAnswer, pod_mig_allocations
+from kubeletplugin.deviceplugin.mig_config import MigAllowlist
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.host_files import check_libvgpu_files
 from kubeletplugin.mixed_reads import fetch_allocated_claims, fetch_node_pods, fetch_slice_uuids
@@ -83,6 +90,8 @@ class PodAllocator:
         disable_core_limit: bool = False,
         locker: NodeLocker | None = None,
         mixed_driver: str | None = None,
+        mig: MigAllocator | None = None,
+        mig_allowlist: Callable[[], MigAllowlist | None] = lambda: None,
     ) -> None:
         self.client = client
         self.node_name = node_name
@@ -95,9 +104,11 @@ class PodAllocator:
         self.locker = locker or NodeLocker(client)
         self.mixed_driver = mixed_driver
         """Mixed mode: the DRA driver whose claims share these GPUs; None: legacy only."""
+        self.mig = mig
+        self.mig_allowlist = mig_allowlist
         self._serial = asyncio.Lock()
 
-    async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits:
+    async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits | MigAnswer:
         """The edits for kubelet's next container request; AllocateError says why not."""
         async with self._serial:
             node = await self._node()
@@ -110,12 +121,16 @@ class PodAllocator:
                 raise
             try:
                 grant = next_container(pod, self.node_name, len(device_ids))
-                registered = registered_devices(self.gpus(), self.sharing())
+                registered = registered_devices(self.gpus(), self.sharing(), self.mig_allowlist())
                 require_registered(grant, registered)
                 if self.mixed_driver is not None:
                     await self._require_fit(pod, ref, registered, self.mixed_driver)
-                edits = await asyncio.to_thread(self._prepare, grant)
-                await self._record(grant)
+                edits = await self._mig_answer(pod, grant)
+                if edits is None:
+                    edits = await asyncio.to_thread(self._prepare, grant)
+                    await self._record(grant)
+                else:
+                    await self._record_mig(grant, edits)
             except DriverError as error:
                 refusal = (
                     error
@@ -170,6 +185,28 @@ class PodAllocator:
         if problem is not None:
             raise AllocateError(f"pod {ref}: {problem}")
 
+    async def _mig_answer(self, pod: Mapping[str, Any], grant: ContainerGrant) -> MigAnswer | None:
+        """The container's MIG instances, None when the scheduler gave it no slice."""
+        entries = pod_mig_allocations(pod, grant)
+        if not any(entry.container_index == grant.position for entry in entries):
+            return None
+        if self.mig is None:
+            raise AllocateError(
+                f"pod {grant.pod} container {grant.container}: {VGPU_MIG_ALLOCATIONS} gives "
+                "it MIG slices, but this device plugin manages no MIG instances"
+            )
+        return await asyncio.to_thread(self.mig.answer, grant, entries)
+
+    async def _record_mig(self, grant: ContainerGrant, answer: MigAnswer) -> None:
+        """Record the served container and its instances' identity; instances this call
+        made are destroyed again when the pod cannot be written."""
+        assert self.mig is not None
+        try:
+            await self._record(grant, {VGPU_MIG_ALLOCATIONS: answer.annotation})
+        except DriverError:
+            await asyncio.to_thread(self.mig.undo, answer.created)
+            raise
+
     def _prepare(self, grant: ContainerGrant) -> ContainerEdits:
         """The container's edits, once the host has every file they mount (as the DRA
         plugin's prepare checks): kubelet would otherwise start it with empty mounts."""
@@ -183,8 +220,8 @@ class PodAllocator:
         create_cache_dir(cache, self.libvgpu, self.cache_dirs)
         return edits
 
-    async def _record(self, grant: ContainerGrant) -> None:
-        annotations = {VGPU_DEVICES_TO_ALLOCATE: grant.remaining}
+    async def _record(self, grant: ContainerGrant, extra: Mapping[str, str] | None = None) -> None:
+        annotations = {VGPU_DEVICES_TO_ALLOCATE: grant.remaining, **(extra or {})}
         if grant.finished:
             annotations[BIND_PHASE] = BindPhase.SUCCESS.value
         await self.client.patch(pod_path(grant.pod), {"metadata": {"annotations": annotations}})

@@ -7,6 +7,13 @@ device plugin writes (`getAPIDevices`): memory in MiB times the memory
 scaling, cores 100 times the core scaling, the model name with `NVIDIA-` in
 front unless it already starts with `NVIDIA`. Next to it, the GPUs' pair
 scores (`hami.io/node-nvidia-score`) for the `topology-aware` policy.
+
+A card in MIG mode is registered as HAMi's device plugin registers it in its
+`mig` operating mode: `mode: mig`, memory unscaled, cores 100, `count` the
+largest instance count of its profiles, and `migProfiles` (the profiles the
+`migProfileAllowlist` allows for its model, each with its memory, its share of
+the card's multiprocessors rounded up, its memory-slice count and placements);
+a MIG card with no allowed profile is left out, as HAMi leaves it out.
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ from collections.abc import Iterable, Sequence
 from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.hami_annotations import (
     DeviceMode,
+    MigPlacement,
+    MigProfile,
     RegisteredDevice,
     encode_node_devices,
     encode_pair_scores,
 )
 from api.quantity import MIB
+from kubeletplugin.deviceplugin.mig_config import MigAllowlist, allowed_profiles
 from kubeletplugin.gpu_topology import PairScores, pair_scores
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings
@@ -63,26 +73,70 @@ def hami_device_type(product_name: str) -> str:
     return f"{HAMI_MODEL_PREFIX}-{product_name}"
 
 
-def registered_devices(gpus: Iterable[GpuInfo], sharing: SliceSettings) -> list[RegisteredDevice]:
+def registered_devices(
+    gpus: Iterable[GpuInfo], sharing: SliceSettings, allowlist: MigAllowlist | None = None
+) -> list[RegisteredDevice]:
     """The node register entries, ordered by NVML index."""
-    return [
-        RegisteredDevice(
-            id=gpu.uuid,
-            index=gpu.index,
-            count=sharing.split_count,
-            devmem=_registered_memory(gpu.memory_bytes, sharing.memory_scaling),
-            devcore=int(sharing.core_scaling * 100),
-            type=hami_device_type(gpu.product_name),
-            numa=gpu.numa_node,
-            mode=DeviceMode.HAMI_CORE.value,
-            health=gpu.healthy,
+    entries = []
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        if gpu.mig.partitionable:
+            entry = _mig_device(gpu, allowlist)
+            if entry is not None:
+                entries.append(entry)
+            continue
+        entries.append(
+            RegisteredDevice(
+                id=gpu.uuid,
+                index=gpu.index,
+                count=sharing.split_count,
+                devmem=_registered_memory(gpu.memory_bytes, sharing.memory_scaling),
+                devcore=int(sharing.core_scaling * 100),
+                type=hami_device_type(gpu.product_name),
+                numa=gpu.numa_node,
+                mode=DeviceMode.HAMI_CORE.value,
+                health=gpu.healthy,
+            )
         )
-        for gpu in sorted(gpus, key=lambda g: g.index)
-    ]
+    return entries
 
 
-def register_annotation(gpus: Iterable[GpuInfo], sharing: SliceSettings) -> str:
-    return encode_node_devices(registered_devices(gpus, sharing))
+def _mig_device(gpu: GpuInfo, allowlist: MigAllowlist | None) -> RegisteredDevice | None:
+    """HAMi's register entry of a MIG-mode card; None when no profile is allowed on it.
+    Profiles come in the allowlist's order (HAMi's), else in discovery order."""
+    model = hami_device_type(gpu.product_name)
+    allowed = allowed_profiles(allowlist, model)
+    found = (gpu.mig.profile(name) for name in allowed) if allowed is not None else None
+    profiles = list(gpu.mig.profiles) if found is None else [p for p in found if p is not None]
+    if not profiles:
+        return None
+    full = max(p.multiprocessors for p in gpu.mig.profiles)
+    return RegisteredDevice(
+        id=gpu.uuid,
+        index=gpu.index,
+        count=max(p.max_instances for p in profiles),
+        devmem=gpu.memory_bytes // MIB,
+        devcore=100,
+        type=model,
+        numa=gpu.numa_node,
+        mode=DeviceMode.MIG.value,
+        health=gpu.healthy,
+        mig_profiles=tuple(
+            MigProfile(
+                name=p.name,
+                memory_mb=p.memory_mib,
+                core=-(-p.multiprocessors * 100 // full) if full else 0,
+                slice_count=p.memory_slices,
+                placements=tuple(MigPlacement(x.start, x.size) for x in p.placements),
+            )
+            for p in profiles
+        ),
+    )
+
+
+def register_annotation(
+    gpus: Iterable[GpuInfo], sharing: SliceSettings, allowlist: MigAllowlist | None = None
+) -> str:
+    return encode_node_devices(registered_devices(gpus, sharing, allowlist))
 
 
 def topology_scores(gpus: Iterable[GpuInfo]) -> PairScores | None:

@@ -47,9 +47,11 @@ from kubeletplugin.deviceplugin.devices import (
     score_annotation,
     topology_scores,
 )
+from kubeletplugin.deviceplugin.mig_allocate import MigAllocator
+from kubeletplugin.deviceplugin.mig_config import MigAllowlist, load_mig_allowlist
 from kubeletplugin.deviceplugin.service import OPTIONS, DeviceBoard, DevicePluginService
 from kubeletplugin.gpu_sources import watch_files, watch_xids
-from kubeletplugin.gpus import GpuBackend, GpuInfo, NvmlBackend
+from kubeletplugin.gpus import GpuBackend, GpuInfo, MigInstanceManager, NvmlBackend
 from kubeletplugin.node_config import load_node_config
 from kubeletplugin.slices import SliceSettings
 from libvgpu.cache_dirs import CacheDirSettings
@@ -75,6 +77,9 @@ class DevicePluginSettings:
     """Split count (replicas per GPU), memory and core scaling; the node config overrides."""
     mock_gpus: Path | None = None
     config_file: Path | None = None
+    device_config: Path | None = None
+    """HAMi's `device-config.yaml`: its `nvidia.migProfileAllowlist` picks the MIG
+    profiles registered per card model; None registers every discovered profile."""
     libvgpu: LibvgpuPaths = field(default_factory=LibvgpuPaths)
     cache_dirs: CacheDirSettings = field(default_factory=CacheDirSettings)
     disable_core_limit: bool = False
@@ -121,6 +126,7 @@ class DevicePlugin:
         self.backend = backend
         self.gpus: Sequence[GpuInfo] = ()
         self.sharing = settings.sharing
+        self.mig_allowlist: MigAllowlist | None = None
         self.board = DeviceBoard()
         self.events = EventRecorder(
             client, EventSettings(component=EVENT_COMPONENT, instance=settings.node_name)
@@ -135,6 +141,8 @@ class DevicePlugin:
             self.events,
             disable_core_limit=settings.disable_core_limit,
             mixed_driver=settings.driver if settings.mixed_mode else None,
+            mig=MigAllocator(backend) if isinstance(backend, MigInstanceManager) else None,
+            mig_allowlist=lambda: self.mig_allowlist,
         )
         self.registrations = 0
         """Successful Register calls; `wait_registered` on it in tests."""
@@ -155,7 +163,9 @@ class DevicePlugin:
             self._spawn(self._guard_kubelet(), "kubelet guard")
             self._spawn(self._refresh_worker(), "device refresh")
             self._spawn(self._annotate(), "register annotation")
-            watched = [p for p in (self.settings.mock_gpus, self.settings.config_file) if p]
+            settings = self.settings
+            files = (settings.mock_gpus, settings.config_file, settings.device_config)
+            watched = [p for p in files if p]
             if watched:
                 self._spawn(watch_files(watched, self._devices_changed.set), "file watch")
             if isinstance(self.backend, NvmlBackend):
@@ -188,11 +198,13 @@ class DevicePlugin:
         """Discover again and re-read the node config; on a change, tell kubelet
         and rewrite the register annotation. True when something changed."""
         config = await asyncio.to_thread(load_node_config, self.settings.config_file)
+        allowlist = await asyncio.to_thread(load_mig_allowlist, self.settings.device_config)
         gpus = config.published(await asyncio.to_thread(self.backend.discover))
         sharing = config.slice_settings(self.settings.sharing)
-        if gpus == tuple(self.gpus) and sharing == self.sharing and self.board.version:
+        same = gpus == tuple(self.gpus) and sharing == self.sharing
+        if same and allowlist == self.mig_allowlist and self.board.version:
             return False
-        self.gpus, self.sharing = gpus, sharing
+        self.gpus, self.sharing, self.mig_allowlist = gpus, sharing, allowlist
         await self.board.publish(kubelet_devices(gpus, sharing))
         self._annotation_due.set()
         return True
@@ -206,7 +218,7 @@ class DevicePlugin:
         current = (node.get("metadata") or {}).get("annotations") or {}
         scores = topology_scores(self.gpus)
         wanted = {
-            NODE_NVIDIA_REGISTER: register_annotation(self.gpus, self.sharing),
+            NODE_NVIDIA_REGISTER: register_annotation(self.gpus, self.sharing, self.mig_allowlist),
             NODE_NVIDIA_SCORE: score_annotation(scores),
         }
         changed = {key: value for key, value in wanted.items() if current.get(key) != value}

@@ -18,6 +18,7 @@ from api.generated import deviceplugin_v1beta1_pb2 as pb2
 from api.generated import deviceplugin_v1beta1_pb2_grpc as pb2_grpc
 from kubeletplugin.deviceplugin.allocation import AllocateError
 from kubeletplugin.deviceplugin.allocator import PodAllocator
+from kubeletplugin.deviceplugin.mig_allocate import MigAnswer
 from libvgpu.container_edits import ContainerEdits
 
 log = logging.getLogger(__name__)
@@ -44,7 +45,19 @@ class DeviceBoard:
             await self._changed.wait_for(lambda: self.version > version)
 
 
-def allocate_response(edits: ContainerEdits) -> pb2.ContainerAllocateResponse:
+def allocate_response(edits: ContainerEdits | MigAnswer) -> pb2.ContainerAllocateResponse:
+    if isinstance(edits, MigAnswer):
+        return pb2.ContainerAllocateResponse(
+            envs={variable.name: variable.value for variable in edits.env},
+            devices=[
+                pb2.DeviceSpec(
+                    container_path=node.container_path,
+                    host_path=node.host_path,
+                    permissions="rw",
+                )
+                for node in edits.devices
+            ],
+        )
     return pb2.ContainerAllocateResponse(
         envs={variable.name: variable.value for variable in edits.env},
         mounts=[
