@@ -16,7 +16,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from dra_driver.engine.engine import EngineSettings
@@ -28,8 +27,8 @@ from dra_driver.engine.vendor_backends.registry import (
     read_sections,
 )
 from dra_driver.engine.vendors import VendorRegistry
-from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.node_lock import DEFAULT_LOCK_TIMEOUT
+from dra_driver.objects.yaml_files import read_yaml_document
 
 DEFAULT_SCHEDULER_NAME = "hami-scheduler"
 """The chart's `--scheduler-name`."""
@@ -82,13 +81,7 @@ def load_device_config(path: Path | None) -> DeviceConfig:
     """Read `device-config.yaml`; None means HAMi's defaults."""
     if path is None:
         return DeviceConfig()
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
-    return parse_device_config(document, str(path))
+    return parse_device_config(read_yaml_document(path), str(path))
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from dra_driver.engine.vendor_backends.registry import (
 from dra_driver.errors import InvalidParameterError
 from dra_driver.migration.plan import WorkloadPlan, build_plan
 from dra_driver.objects.migration import POD_CLAIM_NAME
+from dra_driver.objects.yaml_files import read_yaml_document
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -85,13 +86,7 @@ def load_backends(path: Path | None) -> BackendRegistry:
     """Every vendor of the device config (None: HAMi's defaults), all `--enable-*` on."""
     if path is None:
         return build_backends(None, ENABLE_FLAGS)
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
-    return backends_from_document(document, str(path))
+    return backends_from_document(read_yaml_document(path), str(path))
 
 
 def backends_from_document(document: Any, where: str) -> BackendRegistry:

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from dra_driver.errors import InvalidParameterError
+from dra_driver.objects.yaml_files import read_yaml_document
 
 FIELD = "nvidia.migProfileAllowlist"
 
@@ -58,13 +57,7 @@ def load_mig_allowlist(path: Path | None) -> MigAllowlist | None:
     """The allowlist of `device-config.yaml`; None without a file or without the key."""
     if path is None:
         return None
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise InvalidParameterError(str(path), f"cannot read: {error.strerror}") from None
-    except yaml.YAMLError as error:
-        raise InvalidParameterError(str(path), f"not valid YAML: {error}") from None
-    return parse_mig_allowlist(document, str(path))
+    return parse_mig_allowlist(read_yaml_document(path), str(path))
 
 
 def _entry(item: Any, where: str) -> AllowedMigProfiles:
