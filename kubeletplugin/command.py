@@ -173,6 +173,14 @@ def register_device_plugin(commands: Subcommands) -> None:
         help="in mixed mode, the DRA driver whose slices and claims share these GPUs",
     )
     device_plugin.add_argument(
+        "--device-config-file",
+        type=Path,
+        env="DEVICE_CONFIG_FILE",
+        default=None,
+        help="HAMi device-config.yaml: its nvidia.migProfileAllowlist picks the MIG "
+        "profiles registered per card model (re-read when it changes)",
+    )
+    device_plugin.add_argument(
         "--register-interval",
         type=float,
         env="REGISTER_INTERVAL",

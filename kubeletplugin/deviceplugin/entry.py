@@ -34,6 +34,7 @@ def settings_from_args(args: argparse.Namespace) -> DevicePluginSettings:
         register_interval_s=args.register_interval,
         mixed_mode=args.mixed_mode,
         driver=args.driver,
+        device_config=args.device_config_file,
     )
 
 

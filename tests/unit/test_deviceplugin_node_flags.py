@@ -35,3 +35,20 @@ def test_the_device_plugin_takes_the_lock_dir_from_its_env_var(
     monkeypatch.setenv("VGPU_LOCK_DIR", "/var/run/vgpulock")
     args = build_parser().parse_args(["device-plugin", *NODE_FLAGS])
     assert device_plugin_settings(args).libvgpu.lock_dir == "/var/run/vgpulock"
+
+
+def test_the_device_plugin_reads_hami_s_device_config_by_flag_or_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The MIG profile allowlist lives in HAMi's device-config.yaml (as the scheduler's
+    --device-config-file reads it); without the flag the plugin reads none."""
+    parser = build_parser()
+    assert (
+        device_plugin_settings(parser.parse_args(["device-plugin", *NODE_FLAGS])).device_config
+        is None
+    )
+    args = parser.parse_args(["device-plugin", *NODE_FLAGS, "--device-config-file", "/c/d.yaml"])
+    assert str(device_plugin_settings(args).device_config) == "/c/d.yaml"
+    monkeypatch.setenv("DEVICE_CONFIG_FILE", "/config/device-config.yaml")
+    args = parser.parse_args(["device-plugin", *NODE_FLAGS])
+    assert str(device_plugin_settings(args).device_config) == "/config/device-config.yaml"
