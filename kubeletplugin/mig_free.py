@@ -17,12 +17,8 @@ from kubeletplugin.mig_state import MigState
 
 def taken_placements(state: MigState) -> tuple[tuple[str, Placement], ...]:
     """(profile, placement) of every GPU instance on the card, one per GPU instance."""
-    seen: dict[int, tuple[str, Placement]] = {}
-    for instance in state.instances:
-        seen.setdefault(instance.gpu_instance_id, (instance.profile, instance.placement))
-    for gpu_instance, profile, placement in state.empty_gpu_instances:
-        seen.setdefault(gpu_instance, (profile, placement))
-    return tuple(sorted(seen.values(), key=lambda entry: entry[1]))
+    taken = ((profile, placement) for _, profile, placement in state.gpu_instances())
+    return tuple(sorted(taken, key=lambda entry: entry[1]))
 
 
 def free_placements(

@@ -227,22 +227,11 @@ def partition_conflict(plan: PartitionPlan, records: Iterable[ClaimRecord]) -> s
     return None
 
 
-def live_gpu_instances(state: MigState) -> list[tuple[int, str, Placement]]:
-    """(id, profile, placement) of each GPU instance on the card."""
-    found = {
-        i.gpu_instance_id: (i.gpu_instance_id, i.profile, i.placement) for i in state.instances
-    }
-    found.update(
-        {gi: (gi, profile, placement) for gi, profile, placement in state.empty_gpu_instances}
-    )
-    return sorted(found.values())
-
-
 def _foreign(state: MigState, ours: Sequence[MigRecord]) -> list[tuple[int, str, Placement]]:
     """The card's GPU instances no record of this driver accounts for."""
     return [
         (gi, profile, placement)
-        for gi, profile, placement in live_gpu_instances(state)
+        for gi, profile, placement in state.gpu_instances()
         if not any(owns(m, gi, profile, placement) for m in ours)
     ]
 

@@ -41,7 +41,6 @@ from kubeletplugin.host_files import HostSetupError, host_device_nodes
 from kubeletplugin.mig_caps import NVIDIA_CAPABILITIES, mig_cap_minors
 from kubeletplugin.mig_plan import (
     PartitionPlan,
-    live_gpu_instances,
     owns,
     partition_conflict,
     partition_results,
@@ -256,7 +255,7 @@ def _target(
         if found is None and place in state.empty_gpu_instances:
             return record.gpu_instance_id, None
         return found
-    for gpu_instance, profile, placement in live_gpu_instances(state):
+    for gpu_instance, profile, placement in state.gpu_instances():
         if not owns(record, gpu_instance, profile, placement):
             continue
         if any(

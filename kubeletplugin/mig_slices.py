@@ -89,9 +89,7 @@ def geometry(gpu: GpuInfo) -> MigCard:
 def foreign_placements(mig: MigState) -> tuple[tuple[str, Placement], ...]:
     """(profile, placement) of every GPU instance present: one per GPU instance, however
     many compute instances it holds."""
-    taken = {(i.gpu_instance_id, i.profile, i.placement) for i in mig.instances}
-    taken.update(mig.empty_gpu_instances)
-    return tuple(sorted({(profile, placement) for _, profile, placement in taken}))
+    return tuple(sorted({(profile, placement) for _, profile, placement in mig.gpu_instances()}))
 
 
 def available_counters(gpu: GpuInfo) -> dict[str, int]:

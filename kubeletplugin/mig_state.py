@@ -58,6 +58,15 @@ class MigState:
     def profile(self, name: str) -> MigProfile | None:
         return next((p for p in self.profiles if p.name == name), None)
 
+    def gpu_instances(self) -> list[tuple[int, str, Placement]]:
+        """(id, profile, placement) of each GPU instance on the card, with or without
+        compute instances, in id order: what takes a placement."""
+        found = {
+            i.gpu_instance_id: (i.gpu_instance_id, i.profile, i.placement) for i in self.instances
+        }
+        found.update({gi: (gi, profile, place) for gi, profile, place in self.empty_gpu_instances})
+        return sorted(found.values())
+
 
 class MigError(Exception):
     """A MIG operation NVML refused; `code` is NVML's return code."""

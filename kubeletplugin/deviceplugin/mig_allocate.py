@@ -38,7 +38,7 @@ from kubeletplugin.deviceplugin.allocation import AllocateError, ContainerGrant
 from kubeletplugin.gpus import GpuBackend, GpuInfo, MigInstanceManager
 from kubeletplugin.host_files import HostSetupError, host_device_nodes
 from kubeletplugin.mig_caps import NVIDIA_CAPABILITIES, mig_cap_minors
-from kubeletplugin.mig_plan import live_gpu_instances
+from kubeletplugin.mig_free import free_placements
 from kubeletplugin.mig_state import MigError, MigInstance, MigState
 from libvgpu.container_edits import EnvVar
 
@@ -236,10 +236,8 @@ def _create(
 
 
 def _free(state: MigState, profile_name: str) -> str:
-    """The profile's placements no GPU instance on the card overlaps."""
+    """The profile's placements an instance could take now (`mig_free`: NVML's rule)."""
     profile = state.profile(profile_name)
     if profile is None:
         return "none"
-    taken = [placement for _, _, placement in live_gpu_instances(state)]
-    free = [p for p in profile.placements if not any(p.overlaps(t) for t in taken)]
-    return " ".join(str(p) for p in free) or "none"
+    return " ".join(str(p) for p in free_placements(state, profile)) or "none"
