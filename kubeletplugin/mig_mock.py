@@ -12,7 +12,6 @@ instance, so it is stable across restarts of the mock.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 from dra_driver.objects.mig_profiles import MigCard, MigProfile, Placement
@@ -25,14 +24,7 @@ from kubeletplugin.mig_state import (
     MigNotSupportedError,
     MigState,
 )
-
-MIG_UUID_NAMESPACE = uuid.UUID("5c1f3b0e-6f7a-4d8e-9a51-3e0b8f6c2d47")
-
-
-def mig_uuid(parent: str, gpu_instance: int, compute_instance: int) -> str:
-    return "MIG-" + str(
-        uuid.uuid5(MIG_UUID_NAMESPACE, f"{parent}/{gpu_instance}/{compute_instance}")
-    )
+from libvgpu.host_mig import mock_mig_uuid
 
 
 @dataclass(slots=True)
@@ -170,7 +162,7 @@ class MockMigDevice:
         )
 
     def mig_uuid(self, gpu_instance: int, compute_instance: int) -> str:
-        return mig_uuid(self.uuid, gpu_instance, compute_instance)
+        return mock_mig_uuid(self.uuid, gpu_instance, compute_instance)
 
     @property
     def _name(self) -> str:

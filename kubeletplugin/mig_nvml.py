@@ -39,10 +39,8 @@ from kubeletplugin.mig_state import (
     MigState,
 )
 from libvgpu.host_gpus import nvml_text
+from libvgpu.host_mig import NVML_DEVICE_MIG_ENABLE, gpu_instance_profiles
 
-NVML_DEVICE_MIG_ENABLE = 1
-GPU_INSTANCE_PROFILE_COUNT = 0x12
-"""`NVML_GPU_INSTANCE_PROFILE_COUNT` of nvml.h 13.x, when the module lacks it."""
 COMPUTE_INSTANCE_PROFILE_COUNT = 0x9
 COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED = 0
 
@@ -67,12 +65,7 @@ def read_mig(nvml: Any, handle: Any, card: MigCard | None = None) -> MigState:
     profiles: list[MigProfile] = []
     instances: list[MigInstance] = []
     empty: list[tuple[int, str, Placement]] = []
-    count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", GPU_INSTANCE_PROFILE_COUNT))
-    for nvml_profile in range(count):
-        try:
-            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile)
-        except nvml.NVMLError:
-            continue
+    for nvml_profile, info in gpu_instance_profiles(nvml, handle):
         placements = _placements(nvml, handle, info.id)
         profile = MigProfile(
             name=_profile_name(info, card),

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,7 +50,20 @@ class HostMigInstance:
 
 
 def _text(value: Any) -> str:
+    """As `host_gpus.nvml_text` (which imports this module, so cannot be imported here)."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def gpu_instance_profiles(nvml: Any, handle: Any) -> Iterator[tuple[int, Any]]:
+    """(NVML profile enum, its profile info) for each GPU-instance profile the card
+    answers for; the others (NOT_SUPPORTED and the like) are skipped."""
+    count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", GPU_INSTANCE_PROFILE_COUNT))
+    for nvml_profile in range(count):
+        try:
+            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile)
+        except nvml.NVMLError:
+            continue
+        yield nvml_profile, info
 
 
 def read_nvml_mig_instances(nvml: Any, handle: Any) -> tuple[HostMigInstance, ...]:
@@ -94,12 +107,7 @@ def _profile_names(nvml: Any, handle: Any) -> dict[int, str]:
         _text(nvml.nvmlDeviceGetName(handle)), int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
     )
     names: dict[int, str] = {}
-    count = int(getattr(nvml, "NVML_GPU_INSTANCE_PROFILE_COUNT", GPU_INSTANCE_PROFILE_COUNT))
-    for nvml_profile in range(count):
-        try:
-            info = nvml.nvmlDeviceGetGpuInstanceProfileInfo(handle, nvml_profile)
-        except nvml.NVMLError:
-            continue
+    for _, info in gpu_instance_profiles(nvml, handle):
         name = _text(getattr(info, "name", b"") or b"").removeprefix("MIG ").strip()
         known = card.profile_by_id(int(info.id)) if card is not None else None
         names[int(info.id)] = name or (known.name if known is not None else "")
@@ -107,6 +115,8 @@ def _profile_names(nvml: Any, handle: Any) -> dict[int, str]:
 
 
 def mock_mig_uuid(parent: str, gpu_instance: int, compute_instance: int) -> str:
+    """A mock MIG device's uuid, stable across restarts: the plugin's mock names the
+    devices it creates so, and the monitor the ones a mock file seeds."""
     return "MIG-" + str(
         uuid.uuid5(MOCK_MIG_UUID_NAMESPACE, f"{parent}/{gpu_instance}/{compute_instance}")
     )

@@ -10,7 +10,7 @@ import pytest
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.mig_profiles import A100_40GB, CARDS, H100_80GB, H200_141GB, Placement
 from kubeletplugin.gpus import GpuInfo, MockBackend
-from kubeletplugin.mig_mock import MockMigDevice, mig_uuid
+from kubeletplugin.mig_mock import MockMigDevice
 from kubeletplugin.mig_state import (
     NVML_ERROR_IN_USE,
     NVML_ERROR_INSUFFICIENT_RESOURCES,
@@ -22,6 +22,7 @@ from kubeletplugin.mig_state import (
     MigNotSupportedError,
     MigState,
 )
+from libvgpu.host_mig import mock_mig_uuid
 
 
 def h100() -> MockMigDevice:
@@ -35,7 +36,7 @@ def test_instances_are_created_listed_and_destroyed_with_stable_uuids():
     (instance,) = device.state().instances
     assert (instance.gpu_instance_id, instance.compute_instance_id) == (gi, ci) == (1, 0)
     assert (instance.profile, instance.placement) == ("3g.40gb", Placement(4, 4))
-    assert instance.uuid == mig_uuid("GPU-h100", 1, 0) == h100().mig_uuid(1, 0)
+    assert instance.uuid == mock_mig_uuid("GPU-h100", 1, 0) == h100().mig_uuid(1, 0)
     assert instance.uuid.startswith("MIG-")
     device.destroy_compute_instance(gi, ci)
     assert device.state().empty_gpu_instances == ((1, "3g.40gb", Placement(4, 4)),)
