@@ -47,7 +47,7 @@ from controller.claim_writes import (
     reserved_for,
 )
 from controller.cluster_view import ClusterView
-from controller.decide import NoFit, PodAllocation, bounded_message, decide_pod
+from controller.decide import NoFit, PodAllocation, bounded_message, decide_pod, partition_quota
 from controller.event_handlers import ClusterEventHandlers
 from controller.metrics import ControllerMetrics, ViewSnapshot
 from controller.mixed_usage import legacy_holders, short_of_room, with_holders
@@ -396,11 +396,14 @@ class Controller:
     ) -> None:
         """Charge the engine, mark the allocations pending in the view, start the writes."""
         self.view.engine.commit(chosen.variant.request, chosen.placement)
+        quota = partition_quota(self.view.engine, chosen.variant, self.view.inventory)
         for results in chosen.results:
             for planned in results:
                 partition = self.view.inventory.partitions.get(planned.device.key)
                 if partition is not None:
                     self.view.partition_usage.charge(partition)
+                    if quota is not None:
+                        quota.charge(partition)
         self.view.touch()
         self.queue.settle(key)
         now = api_time()

@@ -17,8 +17,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.allocation import PlannedResult, plan_results, refusal_note
-from controller.inventory import Inventory
+from controller.inventory import Inventory, device_vendor
 from controller.partition_inventory import CounterUsage
+from controller.partition_quota import DeviceKey, PartitionQuota
 from controller.partitions import PartitionFit, PartitionRefusal, fit_on_node, node_order
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine, Placement
@@ -154,10 +155,11 @@ def _partition_fits(
     requests = [p for claim in variant.claims for p in claim.partitions]
     node_policy = parse_node_policy(variant.request.node_policy or engine.settings.node_policy)
     gpu_policy = parse_gpu_policy(variant.request.gpu_policy or engine.settings.gpu_policy)
+    quota = partition_quota(engine, variant, inventory)
     fits: dict[str, PartitionFit] = {}
     for node in node_order(allowed, inventory, usage or CounterUsage(), node_policy):
         outcome: PartitionFit | PartitionRefusal = (
-            fit_on_node(requests, inventory, usage, node, gpu_policy.binpack)
+            fit_on_node(requests, inventory, usage, node, gpu_policy.binpack, quota)
             if usage is not None
             else PartitionRefusal(NODE_HAS_NO_DEVICES, "")
         )
@@ -170,6 +172,22 @@ def _partition_fits(
         if not variant.request.containers:
             break
     return fits
+
+
+def partition_quota(
+    engine: Engine, variant: PodVariant, inventory: Inventory
+) -> PartitionQuota | None:
+    """The pod's namespace quota as partitions are charged to it; None when it has none."""
+    ledger = engine.quota
+    namespace = variant.request.namespace
+    if ledger is None or not any(key[0] == namespace for key in ledger.quotas):
+        return None
+
+    def vendor_of(key: DeviceKey) -> str | None:
+        published = inventory.partition_devices.get(key)
+        return None if published is None else device_vendor(published, engine.vendors)
+
+    return PartitionQuota(ledger, namespace, vendor_of, inventory.counter_sets)
 
 
 def _partition_results(

@@ -25,10 +25,12 @@ from api.quantity import MIB, QuantityError, parse_quantity, to_mib_ceil
 from controller.partition_inventory import (
     CounterSetKey,
     PartitionDevice,
+    claim_partitions,
     counter_sets,
     is_partition,
     partition_device,
 )
+from controller.partition_quota import partition_amount
 from dra_driver.engine.model import Device, DeviceUsage, Node, first_of_each_id, repeated_ids
 from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -370,6 +372,11 @@ def charge_claims(
             vendor = device_vendor(device, vendors)
             if vendor is not None:
                 ledger.charge(namespace, vendor, amount.memory_mib, amount.cores)
+        for partition in claim_partitions(claim, inventory.partitions):
+            vendor = device_vendor(inventory.partition_devices[partition.key], vendors)
+            if vendor is not None:
+                memory_mib, cores = partition_amount(partition, inventory.counter_sets)
+                ledger.charge(namespace, vendor, memory_mib, cores)
 
 
 def device_vendor(device: PublishedDevice, vendors: VendorRegistry) -> str | None:

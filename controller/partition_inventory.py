@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.quantity import QuantityError, parse_quantity
+from api.quantity import QuantityError, parse_quantity, to_mib_ceil
 from dra_driver.objects.mig_devices import PARTITION_KIND
 
 CounterSetKey = tuple[str, str]
@@ -39,6 +39,8 @@ class PartitionDevice:
     card_uuid: str
     consumes: Mapping[CounterSetKey, Mapping[str, int]]
     healthy: bool
+    memory_mib: int = 0
+    """The instance's memory (the device's `memory` capacity), what a quota is charged."""
 
     @property
     def name(self) -> str:
@@ -83,6 +85,8 @@ def partition_device(
             (pool, str(entry["counterSet"])): _amounts(entry.get("counters") or {})
             for entry in spec.get("consumesCounters") or []
         }
+        memory = ((spec.get("capacity") or {}).get("memory") or {}).get("value")
+        memory_mib = to_mib_ceil(str(memory)) if memory is not None else 0
     except (QuantityError, KeyError, ValueError):
         return None
     start = _attribute(spec, driver, "placementStart")
@@ -104,6 +108,7 @@ def partition_device(
         card_uuid=str(_attribute(spec, driver, "parentUUID") or ""),
         consumes=consumes,
         healthy=not tainted,
+        memory_mib=memory_mib,
     )
 
 
@@ -158,6 +163,19 @@ class CounterUsage:
         return sum(fractions) / len(fractions) if fractions else 0.0
 
 
+def claim_partitions(
+    claim: Mapping[str, Any], partitions: Mapping[tuple[str, str, str], PartitionDevice]
+) -> list[PartitionDevice]:
+    """The partition devices the claim's allocation results name."""
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    found = []
+    for result in (allocation.get("devices") or {}).get("results") or []:
+        device = partitions.get((result.get("driver"), result.get("pool"), result.get("device")))
+        if device is not None:
+            found.append(device)
+    return found
+
+
 def partition_usage(
     claims: Iterable[Mapping[str, Any]],
     partitions: Mapping[tuple[str, str, str], PartitionDevice],
@@ -167,11 +185,6 @@ def partition_usage(
     if not partitions:
         return usage
     for claim in claims:
-        allocation = (claim.get("status") or {}).get("allocation") or {}
-        for result in (allocation.get("devices") or {}).get("results") or []:
-            device = partitions.get(
-                (result.get("driver"), result.get("pool"), result.get("device"))
-            )
-            if device is not None:
-                usage.charge(device)
+        for device in claim_partitions(claim, partitions):
+            usage.charge(device)
     return usage

@@ -13,7 +13,8 @@ highest start). Several partitions for one pod are taken one after another on
 one node, each charged before the next is chosen. A node where one cannot be
 placed refuses with HAMi's `CardMigTopologyInfeasible` (`NodeHasNoDevices` when
 it has no card in MIG mode), and a note naming each card, what was asked and
-which placements are free.
+which placements are free; one where a placement is free but the namespace's
+quota cannot hold it (`controller.partition_quota`) with `ResourceQuotaNotFit`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from api.hami_annotations import MigPlacement
 from controller.inventory import DeviceKey, Inventory
 from controller.partition_inventory import CounterSetKey, CounterUsage, PartitionDevice
+from controller.partition_quota import PartitionQuota
 from dra_driver.engine.mig_fit import CARD_MIG_TOPOLOGY_INFEASIBLE, ordered_placements
 from dra_driver.engine.policy import BINPACK
-from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES
+from dra_driver.engine.reasons import NODE_HAS_NO_DEVICES, RESOURCE_QUOTA_NOT_FIT
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,19 +83,26 @@ def fit_on_node(
     usage: CounterUsage,
     node: str,
     binpack_cards: bool,
+    quota: PartitionQuota | None = None,
 ) -> PartitionFit | PartitionRefusal:
     """Every request's partitions on `node`, or why one cannot be placed."""
     cards = inventory.partition_cards.get(node) or {}
     if not cards:
         return PartitionRefusal(NODE_HAS_NO_DEVICES, f"{node} has no card in MIG mode")
     scratch = usage.copy()
+    left = quota.scratch() if quota is not None else None
     picks: list[tuple[PartitionRequest, PartitionDevice]] = []
     for request in requests:
         for _ in range(request.count):
-            device = _pick(request, cards, scratch, inventory, binpack_cards)
+            device = _pick(request, cards, scratch, inventory, binpack_cards, left)
             if device is None:
+                free = _pick(request, cards, scratch, inventory, binpack_cards) if left else None
+                if left is not None and free is not None:
+                    return _quota_refusal(request, node, len(cards), left, free)
                 return _refusal(request, node, cards, scratch, inventory)
             scratch.charge(device)
+            if left is not None:
+                left.charge(device)
             picks.append((request, device))
     return PartitionFit(node, tuple(picks))
 
@@ -104,6 +113,7 @@ def _pick(
     usage: CounterUsage,
     inventory: Inventory,
     binpack: bool,
+    quota: PartitionQuota | None = None,
 ) -> PartitionDevice | None:
     sign = -1.0 if binpack else 1.0
     ordered = sorted(
@@ -117,7 +127,10 @@ def _pick(
         fitting = [
             d
             for d in devices
-            if d.key in request.allowed and d.healthy and usage.fits(d, inventory.counter_sets)
+            if d.key in request.allowed
+            and d.healthy
+            and usage.fits(d, inventory.counter_sets)
+            and (quota is None or quota.fits(d))
         ]
         if fitting:
             return smallest_preferred(fitting)
@@ -170,3 +183,14 @@ def _refusal(
         parts
     )
     return PartitionRefusal(f"{len(cards)}/{len(cards)} {CARD_MIG_TOPOLOGY_INFEASIBLE}", note)
+
+
+def _quota_refusal(
+    request: PartitionRequest, node: str, cards: int, quota: PartitionQuota, free: PartitionDevice
+) -> PartitionRefusal:
+    """A placement is free, but the namespace's quota cannot hold even the smallest one."""
+    note = (
+        f"{request.claim} request {request.name} ({request.asked}) on {node}: "
+        f"{quota.describe(free)}"
+    )
+    return PartitionRefusal(f"{cards}/{cards} {RESOURCE_QUOTA_NOT_FIT}", note)

@@ -181,3 +181,30 @@ async def test_a_shared_and_a_partitioned_card_each_serve_their_kind(tmp_path: P
             assert by_request["mig"]["device"] == "gpu-1-mig-2g-20gb-at-0"
             assert whole(by_request["mig"])
             assert {r["device"] for r in results(shares)} == {"gpu-0"}
+
+
+async def test_a_partition_counts_against_the_namespace_gpu_memory_quota(tmp_path: Path) -> None:
+    """A namespace held to 30000 MiB of GPU memory: a 3g.40gb (40192 MiB) is refused with
+    HAMi's quota reason, a 2g.20gb (20096 MiB) is allocated, and a second one refused."""
+    async with cluster(tmp_path) as c:
+        await classes(c)
+        await publish(c, "node-a")
+        quota = {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpu", "namespace": NAMESPACE},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": "30000"}},
+        }
+        await c.client.create(f"/api/v1/namespaces/{NAMESPACE}/resourcequotas", quota)
+        async with controller(c.client):
+            await c.add_pod_with_claim("big", mig("3g.40gb"))
+            event = await c.wait_event("big", FILTERING_FAILED)
+            assert "1/1 ResourceQuotaNotFit" in event["message"]
+            assert "namespace default has 30000 MiB of its NVIDIA quota left" in event["message"]
+            await c.add_pod_with_claim("small", mig("2g.20gb"))
+            [small] = await c.wait_allocated("small-claim")
+            assert results(small)[0]["device"] == "gpu-0-mig-2g-20gb-at-0"
+            await c.add_pod_with_claim("again", mig("2g.20gb"))
+            event = await c.wait_event("again", FILTERING_FAILED)
+            assert "ResourceQuotaNotFit" in event["message"]
+            assert not (c.claim("big-claim").get("status") or {}).get("allocation")

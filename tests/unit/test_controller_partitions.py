@@ -13,16 +13,18 @@ from typing import Any
 import pytest
 
 from controller.allocation import build_allocation
-from controller.decide import NoFit, PodAllocation, decide_pod
-from controller.inventory import Inventory, build_inventory
+from controller.decide import NoFit, PodAllocation, decide_pod, partition_quota
+from controller.inventory import Inventory, build_inventory, quota_ledger
 from controller.partition_inventory import CounterUsage, partition_usage
 from controller.requests import RequestContext, pod_variants
 from controller.settings import controller_classes
 from dra_driver.engine.engine import Engine, EngineSettings
+from dra_driver.engine.quota import QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.dra_cel import cel_device_from_slice
 from dra_driver.objects.dra_cel_cache import SelectorCache
+from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
 from dra_driver.objects.mig_devices import PARTITION_CLASS
 from tests.mig_slices import (
     ALLOCATION_TAINT,
@@ -44,6 +46,7 @@ class Cluster:
     slices: Sequence[Mapping[str, Any]]
     gpu_policy: str = "spread"
     node_policy: str = "binpack"
+    quota: QuotaLedger | None = None
     inventory: Inventory = field(init=False)
     engine: Engine = field(init=False)
     usage: CounterUsage = field(init=False)
@@ -54,6 +57,8 @@ class Cluster:
         self.engine = Engine(
             self.inventory.nodes.values(),
             settings=EngineSettings(self.gpu_policy, self.node_policy),
+            vendors=dra_vendor_registry(),
+            quota=self.quota,
         )
         self.usage = partition_usage((), self.inventory.partitions)
         cache = SelectorCache()
@@ -88,11 +93,14 @@ class Cluster:
         outcome = self.decide(*requests)
         assert isinstance(outcome, PodAllocation), outcome
         self.engine.commit(outcome.variant.request, outcome.placement)
+        quota = partition_quota(self.engine, outcome.variant, self.inventory)
         found = []
         for result in outcome.results[0]:
             partition = self.inventory.partitions.get(result.device.key)
             if partition is not None:
                 self.usage.charge(partition)
+                if quota is not None:
+                    quota.charge(partition)
             found.append((outcome.node, result.request, result.device.name))
         return found
 
@@ -245,3 +253,68 @@ def test_a_constraint_over_a_partition_request_is_refused() -> None:
     }
     with pytest.raises(InvalidParameterError, match="constraints over requests of a partition"):
         pod_variants({"metadata": {}}, [claim], cluster.context)
+
+
+def gpumem_quota(namespace: str, mib: int, cores: int | None = None) -> dict[str, Any]:
+    hard = {"limits.nvidia.com/gpumem": str(mib)}
+    if cores is not None:
+        hard["limits.nvidia.com/gpucores"] = str(cores)
+    return {"metadata": {"name": "gpu", "namespace": namespace}, "spec": {"hard": hard}}
+
+
+def quota_for(cluster: Cluster, *quotas: dict[str, Any], claims: Sequence[Any] = ()) -> QuotaLedger:
+    return quota_ledger(quotas, claims, cluster.inventory, dra_vendor_registry())
+
+
+def test_partitions_are_charged_to_the_namespace_quota_and_refused_past_it() -> None:
+    probe = Cluster(pool_slices("a"))
+    sizes = {p.profile: p.memory_mib for p in probe.inventory.partitions.values()}
+    room = sizes["1g.10gb"] + sizes["2g.20gb"] - 1  # one 1g, never a 2g beside it
+    cluster = Cluster(pool_slices("a"), quota=quota_for(probe, gpumem_quota("ns", room)))
+    assert cluster.allocate(profile("1g.10gb")) == [("a", "mig", "gpu-0-mig-1g-10gb-at-6")]
+    refused = cluster.decide(profile("2g.20gb"))
+    assert isinstance(refused, NoFit)
+    assert refused.reasons == {"a": "1/1 ResourceQuotaNotFit"}
+    left = room - sizes["1g.10gb"]
+    assert f"2g.20gb needs {sizes['2g.20gb']} MiB, 29% cores" in refused.message
+    assert f"namespace ns has {left} MiB of its NVIDIA quota left" in refused.message
+    # What the quota still holds is served: two more 1g.10gb, then no third.
+    assert left // sizes["1g.10gb"] == 2
+    assert cluster.allocate(profile("1g.10gb")) == [("a", "mig", "gpu-0-mig-1g-10gb-at-5")]
+    assert cluster.allocate(profile("1g.10gb")) == [("a", "mig", "gpu-0-mig-1g-10gb-at-4")]
+    assert "ResourceQuotaNotFit" in str(cluster.decide(profile("1g.10gb")))
+
+
+def test_a_capacity_request_takes_the_smallest_partition_the_quota_holds() -> None:
+    probe = Cluster(pool_slices("a"))
+    cluster = Cluster(pool_slices("a"), quota=quota_for(probe, gpumem_quota("ns", 100_000, 50)))
+    at_least = partition_request("mig", capacity={"requests": {"memory": "10Gi"}})
+    # 1g.20gb (2 memory slices, 1 compute slice: 15% cores) before 3g.40gb (43%).
+    assert cluster.allocate(at_least) == [("a", "mig", "gpu-0-mig-1g-20gb-at-6")]
+    assert cluster.allocate(at_least) == [("a", "mig", "gpu-0-mig-1g-20gb-at-4")]
+    assert cluster.allocate(at_least) == [("a", "mig", "gpu-0-mig-1g-20gb-at-2")]
+    refused = cluster.decide(at_least)  # 45% of 50 used: a fourth 15% exceeds the cores
+    assert isinstance(refused, NoFit) and refused.reasons == {"a": "1/1 ResourceQuotaNotFit"}
+    assert "and 5% cores of its NVIDIA quota left" in refused.message
+
+
+def test_allocated_partitions_count_against_the_quota_of_their_namespace_only() -> None:
+    cluster = Cluster(pool_slices("a"))
+    whole = {
+        "metadata": {"namespace": "ns"},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [{"driver": DRIVER, "pool": "a", "device": "gpu-0-mig-7g-80gb-at-0"}]
+                }
+            }
+        },
+    }
+    other = {**whole, "metadata": {"namespace": "elsewhere"}}
+    ledger = quota_for(
+        cluster, gpumem_quota("ns", 200_000), gpumem_quota("spare", 1), claims=[whole, other]
+    )
+    held = ledger.quotas[("ns", "NVIDIA")]
+    seven = next(p for p in cluster.inventory.partitions.values() if p.profile == "7g.80gb")
+    assert (held.memory_used_mib, held.cores_used) == (seven.memory_mib, 100)
+    assert ledger.quotas[("spare", "NVIDIA")].memory_used_mib == 0
