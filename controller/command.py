@@ -158,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     from dra_driver.process.allocator import fix_mmap_threshold, warn_if_objects_on_glibc
     from dra_driver.process.runtime import configure_logging, run_until_signalled
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.command)
     warn_if_objects_on_glibc()
     fix_mmap_threshold()
     settings = settings_from_args(args)

@@ -200,7 +200,7 @@ def _kubelet_plugin(args: argparse.Namespace) -> int:
         settings_from_args,
     )
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.command)
     quiet_library_loggers(args.library_log_level)
     settings = settings_from_args(args)
     if args.remove_slices:
@@ -216,6 +216,6 @@ def _device_plugin(args: argparse.Namespace) -> int:
     from dra_driver.process.runtime import configure_logging, run_until_signalled
     from kubeletplugin.deviceplugin.entry import serve_device_plugin, settings_from_args
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.command)
     settings = settings_from_args(args)
     return run_until_signalled(lambda stop: serve_device_plugin(settings, args.kubeconfig, stop))

@@ -72,7 +72,7 @@ def _monitor(args: argparse.Namespace) -> int:
     from libvgpu.monitor import MonitorSettings
     from libvgpu.monitor_service import serve_monitor
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.command)
     settings = MonitorSettings(
         host=args.host,
         port=args.port,

@@ -196,7 +196,7 @@ def run_legacy(args: argparse.Namespace) -> int:
     from controller.legacy.server import serve_legacy
     from dra_driver.process.runtime import configure_logging, run_until_signalled
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.command)
     settings, serve = settings_from_args(args)
     return run_until_signalled(lambda stop: serve_legacy(settings, serve, args.kubeconfig, stop))
 

@@ -1,4 +1,5 @@
-"""Process lifecycle for long-running commands: signals set a stop event."""
+"""Process lifecycle for long-running commands: logging that opens with the build, and
+signals that set a stop event."""
 
 from __future__ import annotations
 
@@ -8,6 +9,12 @@ import logging
 import signal
 from collections.abc import Awaitable, Callable, Iterable
 
+from dra_driver.version import build_info
+
+STARTING = "starting"
+"""The message of every long-running component's first log line."""
+
+_log = logging.getLogger(__name__)
 _STANDARD_FIELDS = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -23,10 +30,29 @@ class KeyValueFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "INFO") -> None:
+def configure_logging(level: str, component: str) -> None:
+    """Log to stderr at `level`; the first line says which component runs which build."""
     handler = logging.StreamHandler()
     handler.setFormatter(KeyValueFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=level.upper(), handlers=[handler])
+    log_start(component)
+
+
+def log_start(component: str) -> None:
+    """`starting component=... version=... commit=... python=...`, written whatever the
+    level: a log kept at WARNING or ERROR still says which release wrote it, which is
+    what a reader of a log from the middle of a rolling upgrade needs first."""
+    info = build_info()
+    context = {
+        "component": component,
+        "version": info.version,
+        "commit": info.commit,
+        "python": info.python,
+    }
+    # Logger.handle skips the level check that _log.info would make.
+    _log.handle(
+        _log.makeRecord(_log.name, logging.INFO, __file__, 0, STARTING, (), None, None, context)
+    )
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Task[None]]) -> None:
