@@ -48,6 +48,7 @@ from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.leader import NO_FENCE, LeaderElector, LeaderSettings, WriteFence
 from dra_driver.kube.rest import KubeClient, NotFoundError, forget_request_urls
 from dra_driver.process.allocator import release_free_memory
+from dra_driver.process.build_info import register_build_info
 from dra_driver.process.runtime import cancel_and_wait, finished_before_stop
 from libvgpu.monitor import MetricsServer
 
@@ -155,6 +156,7 @@ async def run_controller(
     says so on /readyz)."""
     api_wait = api_wait or ApiWait(COMPONENT)
     registry = CollectorRegistry()
+    register_build_info(registry)
     metrics = ControllerMetrics(registry)
     identity = settings.leader.identity if settings.leader else COMPONENT
     recorder = EventRecorder(client, EventSettings(component=COMPONENT, instance=identity))

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.rest import KubeClient
+from dra_driver.process.build_info import register_build_info
 from dra_driver.process.runtime import finished_before_stop
 from kubeletplugin.plugin import COMPONENT, KubeletPlugin, PluginSettings, open_backend
 from kubeletplugin.publisher import SlicePublisher
@@ -70,6 +71,7 @@ async def serve_kubelet_plugin(
     given, from the start on, so a plugin waiting for the API server says so."""
     client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
     registry = CollectorRegistry()
+    register_build_info(registry)
     api_wait = api_wait or ApiWait(COMPONENT)
     try:
         plugin = KubeletPlugin(settings, client, open_backend(settings), registry, api_wait)

@@ -18,6 +18,7 @@ from pathlib import Path
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from dra_driver.process.build_info import register_build_info
 from libvgpu.cache_files import CacheFiles
 from libvgpu.cache_watcher import CacheWatcher, WatchSettings
 from libvgpu.host_gpus import HostGpuBackend, open_host_backend
@@ -156,6 +157,7 @@ class VgpuMonitor:
             legacy_metrics=settings.legacy_metrics,
             mig_users=mig_users,
         )
+        register_build_info(registry)
         self._server = MetricsServer(
             registry, settings.host, settings.port, text_sources=[self.metrics.render]
         )

@@ -52,6 +52,7 @@ from dra_driver.kube.api_wait import ApiWait
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient
+from dra_driver.process.build_info import register_build_info
 from dra_driver.process.runtime import finished_before_stop
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ class LegacyServer:
         self.caller_auth = CallerAuthenticator(client, settings.caller_auth)
         self.migration = MigrationWebhook(client, settings.backends(), settings.scheduler_name)
         self.registry = CollectorRegistry()
+        register_build_info(self.registry)
         self.registry.register(HamiSchedulerCollector(lambda: legacy_view(self.state)))
         self._runner: web.AppRunner | None = None
         self.port = serve.port
