@@ -108,6 +108,12 @@ class PodAllocator:
         self.mig_allowlist = mig_allowlist
         self._serial = asyncio.Lock()
 
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held through each Allocate: the MIG reconciler holds it for a pass, so it never
+        destroys an instance an Allocate is creating, reusing or recording."""
+        return self._serial
+
     async def allocate(self, device_ids: Sequence[str]) -> ContainerEdits | MigAnswer:
         """The edits for kubelet's next container request; AllocateError says why not."""
         async with self._serial:

@@ -16,10 +16,16 @@ with none recorded, an instance of its profile exactly at its placement, left by
 an Allocate that stopped before it recorded) is reused. A refusal destroys what
 this call created, so nothing is left half-made, and names the card, the
 profile, the placement and what is free.
+
+Each instance created is written to the device plugin's record (`mig_journal`)
+right after the create, before anything else can fail: the reconciler destroys
+it once its pod has ended, and only instances that record names. One the record
+cannot take is destroyed again and the container refused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -35,12 +41,15 @@ from api.hami_annotations import (
 from cdi.mig import NVIDIA_VISIBLE_DEVICES, MigDevice, mig_device_nodes
 from dra_driver.objects.mig_profiles import Placement
 from kubeletplugin.deviceplugin.allocation import AllocateError, ContainerGrant
+from kubeletplugin.deviceplugin.mig_journal import MigJournal, MigJournalError, instance_key
 from kubeletplugin.gpus import GpuBackend, GpuInfo, MigInstanceManager
 from kubeletplugin.host_files import HostSetupError, host_device_nodes
 from kubeletplugin.mig_caps import NVIDIA_CAPABILITIES, mig_cap_minors
 from kubeletplugin.mig_free import free_placements
 from kubeletplugin.mig_state import MigError, MigInstance, MigState
 from libvgpu.container_edits import EnvVar
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,10 +91,13 @@ class MigAllocator:
         backend: GpuBackend,
         dev_dir: Path = Path("/dev"),
         caps_root: Path = NVIDIA_CAPABILITIES,
+        journal: MigJournal | None = None,
     ) -> None:
         self.backend = backend
         self.dev_dir = dev_dir
         self.caps_root = caps_root
+        self.journal = journal
+        """Where created instances are recorded for the reconciler; None: not recorded."""
 
     def answer(self, grant: ContainerGrant, entries: Sequence[MigAllocation]) -> MigAnswer | None:
         """The container's MIG answer, None when it has no slice."""
@@ -108,6 +120,9 @@ class MigAllocator:
                 if instance is None:
                     instance = _create(where, manager, gpu, entry)
                     created.append((gpu.uuid, instance))
+                    self._record(where, grant, gpu.uuid, instance, new=True)
+                else:
+                    self._record(where, grant, gpu.uuid, instance, new=False)
                 realised[(entry.container_index, entry.device_index)] = replace(
                     entry,
                     mig_uuid=instance.uuid,
@@ -128,10 +143,13 @@ class MigAllocator:
         )
 
     def undo(self, created: Sequence[tuple[str, MigInstance]]) -> None:
-        """Destroy instances this allocator made for an answer that was not given."""
+        """Destroy instances this allocator made for an answer that was not given; one
+        NVML refuses to destroy stays recorded, so the reconciler retries it once the
+        pod (refused, hence failed) has ended."""
         if not created:
             return
         manager = self._manager("undo")
+        destroyed = []
         for gpu_uuid, instance in reversed(created):
             try:
                 manager.destroy_mig_instance(
@@ -139,6 +157,28 @@ class MigAllocator:
                 )
             except MigError:
                 continue
+            destroyed.append(instance_key(gpu_uuid, instance))
+        if self.journal is None:
+            return
+        try:
+            self.journal.forget(destroyed)
+        except MigJournalError as error:
+            log.error("destroyed MIG instances still recorded", extra={"error": str(error)})
+
+    def _record(
+        self, where: str, grant: ContainerGrant, gpu_uuid: str, instance: MigInstance, new: bool
+    ) -> None:
+        """Write the instance to the record as the pod's; a record that cannot be written
+        refuses the container (and the caller destroys what it created)."""
+        if self.journal is None:
+            return
+        try:
+            if new:
+                self.journal.add(grant.pod, grant.pod_uid, gpu_uuid, instance)
+            else:
+                self.journal.hand_over(grant.pod, grant.pod_uid, gpu_uuid, instance)
+        except MigJournalError as error:
+            raise AllocateError(f"{where}: {error}") from error
 
     def _manager(self, where: str) -> MigInstanceManager:
         if not isinstance(self.backend, MigInstanceManager):

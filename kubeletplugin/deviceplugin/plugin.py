@@ -9,6 +9,10 @@ restarted kubelet deletes the plugin's socket and creates a new
 `kubelet.sock`; either one is noticed and the plugin serves again and
 re-registers.
 
+On a node with a MIG-capable card, the MIG reconciler (`mig_reconcile`) also runs:
+it watches the node's pods and destroys the instances Allocate created for pods
+that have ended, and only those (`mig_journal` records them across restarts).
+
 The handshake: HAMi's scheduler writes `hami.io/node-handshake:
 Requesting_<time>` and, since HAMi PR #1499, takes a node's devices as gone
 when that request is over 60 s old and the node's allocatable `nvidia.com/gpu`
@@ -49,6 +53,8 @@ from kubeletplugin.deviceplugin.devices import (
 )
 from kubeletplugin.deviceplugin.mig_allocate import MigAllocator
 from kubeletplugin.deviceplugin.mig_config import MigAllowlist, load_mig_allowlist
+from kubeletplugin.deviceplugin.mig_journal import MigJournal
+from kubeletplugin.deviceplugin.mig_reconcile import MigReconciler, MigReconcileSettings
 from kubeletplugin.deviceplugin.service import OPTIONS, DeviceBoard, DevicePluginService
 from kubeletplugin.gpu_sources import watch_files, watch_xids
 from kubeletplugin.gpus import GpuBackend, GpuInfo, MigInstanceManager, NvmlBackend
@@ -63,6 +69,7 @@ API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
 SOCKET_MODE = 0o600
 EVENT_COMPONENT = "vgpu-device-plugin"
+MIG_JOURNAL_NAME = "mig-instances.json"
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,19 @@ class DevicePluginSettings:
     """The kubelet DRA plugin serves these GPUs too: Allocate counts the claims on them."""
     driver: str = "vgpu.hami.io"
     """In mixed mode, the DRA driver whose ResourceSlices and claims share these GPUs."""
+    mig_journal: Path | None = None
+    """The record of the MIG instances Allocate created (`mig_journal`); None:
+    `mig-instances.json` in libvgpu's host directory, a hostPath the DaemonSet mounts
+    that outlives the plugin's pod (as the record must)."""
+    boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
+    """The node's boot id: the MIG record of another boot names no instance."""
+    mig_reconcile: MigReconcileSettings = field(default_factory=MigReconcileSettings)
+
+    @property
+    def mig_journal_path(self) -> Path:
+        if self.mig_journal is not None:
+            return self.mig_journal
+        return Path(self.libvgpu.host_dir) / MIG_JOURNAL_NAME
 
     @property
     def socket_name(self) -> str:
@@ -131,6 +151,8 @@ class DevicePlugin:
         self.events = EventRecorder(
             client, EventSettings(component=EVENT_COMPONENT, instance=settings.node_name)
         )
+        manages_mig = isinstance(backend, MigInstanceManager)
+        journal = MigJournal(settings.mig_journal_path, settings.boot_id_file)
         self.allocator = PodAllocator(
             client,
             settings.node_name,
@@ -141,9 +163,22 @@ class DevicePlugin:
             self.events,
             disable_core_limit=settings.disable_core_limit,
             mixed_driver=settings.driver if settings.mixed_mode else None,
-            mig=MigAllocator(backend) if isinstance(backend, MigInstanceManager) else None,
+            mig=MigAllocator(backend, journal=journal) if manages_mig else None,
             mig_allowlist=lambda: self.mig_allowlist,
         )
+        self.mig_reconciler = (
+            MigReconciler(
+                client,
+                settings.node_name,
+                backend,
+                journal,
+                self.allocator.lock,
+                settings.mig_reconcile,
+            )
+            if manages_mig
+            else None
+        )
+        """Runs only where a card is MIG-capable (it watches the node's pods)."""
         self.registrations = 0
         """Successful Register calls; `wait_registered` on it in tests."""
         self._registered_with: tuple[int, int] | None = None
@@ -163,6 +198,8 @@ class DevicePlugin:
             self._spawn(self._guard_kubelet(), "kubelet guard")
             self._spawn(self._refresh_worker(), "device refresh")
             self._spawn(self._annotate(), "register annotation")
+            if self.mig_reconciler is not None and any(gpu.mig.capable for gpu in self.gpus):
+                self._spawn(self.mig_reconciler.run(), "MIG reconciler")
             settings = self.settings
             files = (settings.mock_gpus, settings.config_file, settings.device_config)
             watched = [p for p in files if p]
