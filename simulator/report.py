@@ -17,6 +17,7 @@ from dra_driver.status.model import ClusterStatus, camel_case_keys
 from dra_driver.status.render import gpu_table, pending_table
 from dra_driver.status.render_summary import nodes_table, totals_line
 from dra_driver.status.summary import cluster_totals, summarize_nodes
+from dra_driver.version import build_info
 from kubeletplugin.vendor_env import AMD_MEMORY_LIMIT_ENV, SHARE_ENV_PREFIX, VISIBLE_DEVICES_ENV
 from simulator.attempts import AttemptReport, Outcome
 from simulator.mig_report import PartitionReport, partitions_table
@@ -195,6 +196,7 @@ class SimulationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            **build_info().fields(),
             "mode": self.mode,
             "elapsedSeconds": round(self.elapsed_s, 3),
             **self.status.to_dict(),

@@ -30,6 +30,7 @@ from dra_driver.objects.dra_vendors import LIBVGPU
 from dra_driver.status.columns import aligned
 from dra_driver.status.model import MIXED, ClusterStatus
 from dra_driver.status.views import GpuView, ShareView
+from dra_driver.version import build_info
 
 GIB = 1 << 30
 BAR_WIDTH = 20
@@ -175,7 +176,8 @@ def render_text(status: ClusterStatus, console: Console) -> None:
 
 
 def render_data(status: ClusterStatus, output: str) -> str:
-    data = status.to_dict()
+    """The view for scripts, led by the release and commit that read it."""
+    data = {**build_info().fields(), **status.to_dict()}
     if output == "yaml":
         return yaml.safe_dump(data, sort_keys=False)
     return json.dumps(data, indent=2)

@@ -10,6 +10,7 @@ from pathlib import Path
 from simulate_patience import PATIENT
 
 from dra_driver.cli import main
+from dra_driver.version import build_info
 from simulator.nodes import mock_gpu_uuid
 
 GIB = 1 << 30
@@ -40,6 +41,7 @@ def holders(report: dict) -> dict[str, tuple[str, str]]:
 def test_every_example_but_one_is_allocated_and_prepared(capsys):
     report = simulate(capsys)
     assert report["exit"] == 0
+    assert {key: report[key] for key in ("version", "commit")} == build_info().fields()
     pods = pods_by_name(report)
     running = {name for name, pod in pods.items() if pod["phase"] == "Running"}
     expected = {

@@ -21,6 +21,7 @@ from api.hami_annotations import (
 )
 from dra_driver.cli import main
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED
+from dra_driver.version import build_info
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings, build_resource_slices
 
@@ -182,6 +183,8 @@ def test_json_view_has_dra_and_legacy_shares_and_pending_reason(
     cluster: str, kubeconfig: Path, ns: str, capsys
 ):
     view = json.loads(run_status(kubeconfig, capsys, "-o", "json", "--namespace", ns))
+    assert list(view)[:2] == ["version", "commit"]
+    assert {key: view[key] for key in ("version", "commit")} == build_info().fields()
     gpus = {(gpu["node"], gpu["device"]): gpu for gpu in view["gpus"]}
     dra = gpus[(f"dra-{cluster}", "gpu-1")]
     assert dra["mode"] == "dra"
@@ -207,6 +210,7 @@ def test_json_view_has_dra_and_legacy_shares_and_pending_reason(
 
 def test_node_filter_and_yaml(cluster: str, kubeconfig: Path, capsys):
     view = yaml.safe_load(run_status(kubeconfig, capsys, "-o", "yaml", "--node", f"dra-{cluster}"))
+    assert view["version"] == build_info().version
     assert {gpu["node"] for gpu in view["gpus"]} == {f"dra-{cluster}"}
     assert len(view["gpus"]) == 2
 

@@ -244,7 +244,7 @@ def cluster_objects() -> dict[str, Any]:
 
 def test_json_keeps_its_keys_and_adds_nodes_and_totals():
     data = json.loads(render_data(build_status(**cluster_objects()), "json"))
-    assert list(data) == ["gpus", "pending", "nodes", "totals"]
+    assert list(data) == ["version", "commit", "gpus", "pending", "nodes", "totals"]
     assert set(data["gpus"][0]) == {
         "node",
         "device",
