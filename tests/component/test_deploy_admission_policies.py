@@ -384,8 +384,8 @@ def test_a_tenant_cannot_create_a_pod_that_claims_an_allocation(hami: Cluster) -
         'pods "forged" is forbidden: '
         + _denial("vgpu-hami-pod-annotations")
         + "alice may not set or change hami.io/vgpu-node: HAMi allocation annotations are "
-        "written only by the vGPU scheduler (and bind-phase, devices-to-allocate by the "
-        "device plugin)"
+        "written only by the vGPU scheduler (and bind-phase, devices-to-allocate, "
+        "vgpu-mig-allocations by the device plugin)"
     )
 
 
@@ -423,6 +423,25 @@ def test_the_device_plugin_records_allocate_only_on_its_own_nodes_pods(hami: Clu
     )
     _refused(_annotate_pod, plugin, "here", {"hami.io/vgpu-devices-allocated": ALLOCATED})
     assert _pod_annotations(hami, "here")["hami.io/bind-phase"] == "success"
+
+
+def test_the_device_plugin_records_a_mig_instance_on_its_own_nodes_pods(hami: Cluster) -> None:
+    """Allocate writes the instance's uuid and ids into hami.io/vgpu-mig-allocations in
+    the patch that marks the container served (HAMi's annotateMigRuntimeInfo)."""
+    key = "hami.io/vgpu-mig-allocations"
+    reserved = '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-0c1d","profile":"3g.40gb",'
+    placement = '"placement":{"start":4,"size":4}'
+    _bound_pod(hami, "here", "node-a")
+    _bound_pod(hami, "there", "node-b")
+    scheduler = hami.service_account("vgpu-legacy-scheduler")
+    for name in ("here", "there"):
+        _annotate_pod(scheduler, name, {key: reserved + placement + "}]"})
+    plugin = hami.service_account("vgpu-device-plugin", node="node-a")
+    served = reserved + placement + ',"migUUID":"MIG-1","gpuInstanceID":1,"computeInstanceID":0}]'
+    _annotate_pod(plugin, "here", {"hami.io/bind-phase": "success", key: served})
+    _refused(_annotate_pod, plugin, "there", {key: served})
+    _refused(_annotate_pod, hami.user("alice"), "here", {key: None})
+    assert _pod_annotations(hami, "here")[key] == served
 
 
 # ---- HAMi's annotations: nodes -----------------------------------------------------------
