@@ -82,7 +82,10 @@ def read_journal(raw: bytes, base_checksum: str) -> list[JournalEntry]:
             return []
         if number == len(lines) - 1:
             break
-        raise JournalError(f"checkpoint journal line {number + 1} is corrupt")
+        raise JournalError(
+            f"checkpoint journal line {number + 1} of {len(lines)} is corrupt (its checksum "
+            "or JSON does not check out, and only the last line can be torn by a crash)"
+        )
     return entries
 
 
@@ -108,8 +111,23 @@ def append_durably(path: Path, data: bytes, mode: int) -> None:
     finally:
         os.close(descriptor)
     if created:
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        fsync_directory(path.parent)
+
+
+def remove_durably(path: Path) -> bool:
+    """Remove `path` and fsync its directory; False when it was not there."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    fsync_directory(path.parent)
+    return True
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make the directory's entries (a file created, renamed or removed) durable."""
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
