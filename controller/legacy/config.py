@@ -5,7 +5,9 @@ is read in HAMi's format: camelCase keys under one section per vendor
 (`nvidia:`, `hygon:`, `iluvatars:`, ...), each read by its vendor backend
 (`dra_driver.engine.vendor_backends.registry`); keys this side does not use
 are ignored. Values are checked and a wrong one names its key. Reference:
-hami-protocol.md §1, §9; hami-vendors.md.
+hami-protocol.md §1, §9; hami-vendors.md. `nvidia.migProfileAllowlist` is checked
+and otherwise unused, as in HAMi's scheduler: the device plugin filters the MIG
+profiles it registers by it, and Fit reads what the node registered.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dra_driver.engine.vendor_backends.registry import (
     read_sections,
 )
 from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.objects.mig_allowlist import parse_mig_allowlist
 from dra_driver.objects.node_lock import DEFAULT_LOCK_TIMEOUT
 from dra_driver.objects.yaml_files import read_yaml_document
 
@@ -74,6 +77,7 @@ def parse_device_config(document: Any, source: str = "device config") -> DeviceC
     sections = read_sections(document, source)
     if sections is None:
         return DeviceConfig()
+    parse_mig_allowlist(document, source)
     return DeviceConfig(nvidia=sections["nvidia"], sections=sections)
 
 

@@ -39,6 +39,7 @@ from dra_driver.errors import DriverError
 from dra_driver.kube.events import WARNING, EventRecorder, involved_object
 from dra_driver.kube.node_lock import NodeLocker
 from dra_driver.kube.rest import KubeClient, NotFoundError, object_path
+from dra_driver.objects.mig_allowlist import MigAllowlist
 from kubeletplugin.deviceplugin.allocation import (
     AllocateError,
     ContainerGrant,
@@ -55,7 +56,6 @@ from kubeletplugin.deviceplugin.devices import (
     replica_uuid,
 )
 from kubeletplugin.deviceplugin.mig_allocate import MigAllocator, MigAnswer, pod_mig_allocations
-from kubeletplugin.deviceplugin.mig_config import MigAllowlist
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.host_files import check_libvgpu_files
 from kubeletplugin.mixed_reads import fetch_allocated_claims, fetch_node_pods, fetch_slice_uuids

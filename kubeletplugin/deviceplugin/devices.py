@@ -30,7 +30,7 @@ from api.hami_annotations import (
     encode_pair_scores,
 )
 from api.quantity import MIB
-from kubeletplugin.deviceplugin.mig_config import MigAllowlist, allowed_profiles
+from dra_driver.objects.mig_allowlist import MigAllowlist, allowed_profiles
 from kubeletplugin.gpu_topology import PairScores, pair_scores
 from kubeletplugin.gpus import GpuInfo
 from kubeletplugin.slices import SliceSettings

@@ -42,6 +42,7 @@ from api.hami_annotations import NODE_NVIDIA_REGISTER, NODE_NVIDIA_SCORE
 from dra_driver.errors import DriverError
 from dra_driver.kube.events import EventRecorder, EventSettings
 from dra_driver.kube.rest import KubeClient, object_path
+from dra_driver.objects.mig_allowlist import MigAllowlist, load_mig_allowlist
 from dra_driver.process.grpc_tasks import stop_grpc_server
 from dra_driver.process.runtime import cancel_and_wait, wait_event
 from kubeletplugin.deviceplugin.allocator import NODES, PodAllocator
@@ -52,7 +53,6 @@ from kubeletplugin.deviceplugin.devices import (
     topology_scores,
 )
 from kubeletplugin.deviceplugin.mig_allocate import MigAllocator
-from kubeletplugin.deviceplugin.mig_config import MigAllowlist, load_mig_allowlist
 from kubeletplugin.deviceplugin.mig_journal import MigJournal
 from kubeletplugin.deviceplugin.mig_reconcile import MigReconciler, MigReconcileSettings
 from kubeletplugin.deviceplugin.service import OPTIONS, DeviceBoard, DevicePluginService

@@ -20,14 +20,14 @@ from api.hami_annotations import (
     decode_node_devices,
 )
 from dra_driver.errors import InvalidParameterError
-from kubeletplugin.deviceplugin.allocation import AllocateError, ContainerGrant, PodRef
-from kubeletplugin.deviceplugin.devices import register_annotation
-from kubeletplugin.deviceplugin.mig_allocate import MigAllocator
-from kubeletplugin.deviceplugin.mig_config import (
+from dra_driver.objects.mig_allowlist import (
     AllowedMigProfiles,
     load_mig_allowlist,
     parse_mig_allowlist,
 )
+from kubeletplugin.deviceplugin.allocation import AllocateError, ContainerGrant, PodRef
+from kubeletplugin.deviceplugin.devices import register_annotation
+from kubeletplugin.deviceplugin.mig_allocate import MigAllocator
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.slices import SliceSettings
 

@@ -1,11 +1,14 @@
 """HAMi's `migProfileAllowlist`: which MIG profiles the device plugin registers per card model.
 
 Read from the `nvidia:` section of HAMi's `device-config.yaml`, the file HAMi's
-device plugin reads too. Checked as HAMi's `ValidateMigProfileAllowlist` checks
-it (every entry names models and profiles; a profile is `<n>g.<rest>`), and a
+device plugin and scheduler read too. Checked as HAMi's `ValidateMigProfileAllowlist`
+checks it (every entry names models and profiles; a profile is `<n>g.<rest>`), and a
 wrong entry names its field. An entry applies to a card whose model contains
 one of its `models` (HAMi's `containsModel`); the first such entry alone
-decides (HAMi stops at it). Pure apart from `load_mig_allowlist`'s file read.
+decides (HAMi stops at it). The device plugin filters what it registers by it;
+the legacy scheduler, as HAMi's (`InitNvidiaDevice`), only refuses an invalid one
+at start: its Fit reads the profiles the node registered. Pure apart from
+`load_mig_allowlist`'s file read.
 """
 
 from __future__ import annotations
