@@ -109,6 +109,7 @@ class DevicePluginSettings:
     boot_id_file: Path = Path("/proc/sys/kernel/random/boot_id")
     """The node's boot id: the MIG record of another boot names no instance."""
     mig_reconcile: MigReconcileSettings = field(default_factory=MigReconcileSettings)
+    """How often the MIG reconciler passes without a pod event."""
 
     @property
     def mig_journal_path(self) -> Path:
