@@ -372,11 +372,20 @@ def charge_claims(
             vendor = device_vendor(device, vendors)
             if vendor is not None:
                 ledger.charge(namespace, vendor, amount.memory_mib, amount.cores)
-        for partition in claim_partitions(claim, inventory.partitions):
-            vendor = device_vendor(inventory.partition_devices[partition.key], vendors)
-            if vendor is not None:
-                memory_mib, cores = partition_amount(partition, inventory.counter_sets)
-                ledger.charge(namespace, vendor, memory_mib, cores)
+        for _partition, vendor, memory_mib, cores in partition_charges(claim, inventory, vendors):
+            ledger.charge(namespace, vendor, memory_mib, cores)
+
+
+def partition_charges(
+    claim: Mapping[str, Any], inventory: Inventory, vendors: VendorRegistry
+) -> Iterator[tuple[PartitionDevice, str, int, int]]:
+    """Each MIG partition the claim's results name whose card has a vendor, with that
+    vendor and what the partition is charged to its quota (MiB, cores)."""
+    for partition in claim_partitions(claim, inventory.partitions):
+        vendor = device_vendor(inventory.partition_devices[partition.key], vendors)
+        if vendor is not None:
+            memory_mib, cores = partition_amount(partition, inventory.counter_sets)
+            yield partition, vendor, memory_mib, cores
 
 
 def device_vendor(device: PublishedDevice, vendors: VendorRegistry) -> str | None:

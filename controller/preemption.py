@@ -25,6 +25,18 @@ or a legacy pod's hold) frees only when every pod reserving it is removed, so
 a claim shared with a pod that stays, or with a pod this view does not know,
 frees nothing. Giving back a pod that frees nothing is kept without a fit.
 
+MIG partitions (controller/partitions.py) are part of the share of the claim
+that holds them and free by the same rule. A trial of a pod that asks for a
+partition gives `decide_pod` the node's counter usage less what the freed
+shares' partitions consume (a given-back pod's count again), and the quota
+they were charged (`controller.partition_quota`) is given back with them: the
+pod fits a trial iff HAMi's placement rules and its quota would place it with
+those pods gone. A pod that asks for no partition is never helped by a
+partition's counters (a card is either shared or partitioned), so a holder
+whose shares on the node hold only partitions is no candidate there, unless
+freeing them gives back quota the pod's namespace is held to, or the node is
+one of `Holdings.rooms` (its going frees room).
+
 One shortcut keeps the reprieve loop cheap without changing an answer
 (`_NodeTrial.keeps_fit`): HAMi's standard Fit walks the devices in policy order
 and takes the first that can host each request, judging each device by its own
@@ -37,10 +49,12 @@ was walked after the placement (or could not host it then) and its added usage
 only moves it further back. Where a device's place in the
 walk matters beyond that (NUMA binding, the topology-aware policy, a vendor
 with its own Fit or slot charge) or the namespace quota the pod is charged to
-changes, the engine is asked. A given-back pod is a victim without asking the
+changes, or the pod asks for a partition and the given-back pod holds one, the
+engine is asked. A given-back pod is a victim without asking the
 engine when its usage leaves some request of every variant too few devices with a
-free slot, its memory and its cores (`lacks_headroom`, the engine's own pruning
-test): the engine would refuse, and only a first fit's reason is ever reported.
+free slot, its memory and its cores (`lacks_headroom` in preemption_headroom.py,
+the engine's own pruning test, which a partition never helps to pass): the
+engine would refuse, and only a first fit's reason is ever reported.
 
 For most pods no engine is needed to say yes (`preemption_counting`): with one
 variant, one container asking for one device request and nothing in
@@ -70,15 +84,21 @@ from types import MappingProxyType
 
 from controller.decide import NoFit, decide_pod
 from controller.inventory import Inventory
+from controller.partition_inventory import CounterUsage
 from controller.preemption_counting import PassingDevices, counted_request, untagged
-from controller.preemption_shares import Share, quota_without, usage_without
+from controller.preemption_headroom import could_host, headroom_needs, lacks_headroom, walked_alone
+from controller.preemption_shares import (
+    Share,
+    charges_quota,
+    counters_without,
+    quota_without,
+    usage_without,
+)
 from controller.requests import PodVariant
 from dra_driver.engine.engine import Engine
-from dra_driver.engine.fit import FULL_CARD_CORES
-from dra_driver.engine.model import Device, DeviceUsage, Node
-from dra_driver.engine.policy import GpuPolicy, parse_gpu_policy
-from dra_driver.engine.requests import DeviceRequest, PodRequest
-from dra_driver.engine.vendors import VendorRegistry
+from dra_driver.engine.model import DeviceUsage, Node
+from dra_driver.engine.policy import parse_gpu_policy
+from dra_driver.engine.requests import DeviceRequest
 from dra_driver.objects.node_predicates import NodeRoom
 
 PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
@@ -90,7 +110,6 @@ MAX_INT32 = 2**31 - 1
 NO_VICTIMS = "No preemption victims found for incoming pod"
 NOT_ELIGIBLE_NEVER = "not eligible due to preemptionPolicy=Never."
 NOT_HELPFUL = "Preemption is not helpful for scheduling"
-_IDLE = DeviceUsage()
 EMPTY_REQUESTS: Mapping[str, Decimal] = MappingProxyType({})
 
 
@@ -165,12 +184,15 @@ def plan_preemption(
     nodes: Sequence[str],
     holdings: Holdings,
     offset: int = 0,
+    partitions: CounterUsage | None = None,
 ) -> NodeVictims | NoPreemption:
     """The node and victims kube-scheduler's DefaultPreemption would choose.
 
     `engine` is the controller's, read only (its usage, settings, vendors and
     quota); `nodes` pass the pod's node predicates, in the order to try them
-    from `offset` (kube-scheduler starts at a random one).
+    from `offset` (kube-scheduler starts at a random one). `partitions` is what
+    the allocated MIG partitions hold, read only (as for `decide_pod`: without
+    it a variant asking for a partition fits nowhere).
     """
     if preemptor.policy == PREEMPT_NEVER:
         return NoPreemption(NOT_ELIGIBLE_NEVER)
@@ -181,16 +203,24 @@ def plan_preemption(
     by_node: defaultdict[str, list[Share]] = defaultdict(list)
     for share in holdings.shares:
         by_node[share.node].append(share)
-    scratch = _Scratch(preemptor, engine, inventory)
+    scratch = _Scratch(preemptor, engine, inventory, partitions)
     clean: list[NodeVictims] = []
     violating: list[NodeVictims] = []
     statuses: dict[str, int] = {}
     for step in range(len(potential)):
         name = potential[(offset + step) % len(potential)]
         trial = _NodeTrial(scratch, engine, name)
-        found = select_victims(
-            trial, preemptor.priority, by_node.get(name, []), holdings, preemptor.requests
-        )
+        shares = by_node.get(name, [])
+        if not scratch.asks_partitions and name not in holdings.rooms:
+            # A share holding only partitions frees nothing a share can use (module docstring).
+            shares = [
+                share
+                for share in shares
+                if share.usage
+                or not share.partitions
+                or charges_quota((share,), scratch.quota, scratch.namespace)
+            ]
+        found = select_victims(trial, preemptor.priority, shares, holdings, preemptor.requests)
         if isinstance(found, str):
             statuses[found] = statuses.get(found, 0) + 1
             continue
@@ -324,11 +354,20 @@ class _Scratch:
     tried (swapped in per trial rather than an engine built per node), the pod, and
     what each of its variants lets a trial skip."""
 
-    def __init__(self, preemptor: Preemptor, engine: Engine, inventory: Inventory) -> None:
+    def __init__(
+        self,
+        preemptor: Preemptor,
+        engine: Engine,
+        inventory: Inventory,
+        partitions: CounterUsage | None,
+    ) -> None:
         self.variants = preemptor.variants
         self.inventory = inventory
         self.quota = engine.quota
         self.namespace = preemptor.variants[0].request.namespace if preemptor.variants else ""
+        self.asks_partitions = any(c.partitions for v in self.variants for c in v.claims)
+        """Some variant asks for a MIG partition: the trials then count the partitions."""
+        self._partitions = partitions
         self.engine = Engine(
             (),
             # Each state is judged once: there is nothing to remember refusals for.
@@ -345,6 +384,15 @@ class _Scratch:
             self.variants, engine.vendors, engine.settings.gpu_policy, engine.quota
         )
         """The pod's request when a fit can be counted device by device, else None."""
+
+    def node_counters(self, node: str) -> CounterUsage | None:
+        """What the allocated partitions hold on the node's MIG cards, for a pod that asks
+        for a partition (None otherwise, or when the caller gave no counters)."""
+        if not self.asks_partitions or self._partitions is None:
+            return None
+        used = self._partitions.used
+        cards = self.inventory.partition_cards.get(node) or {}
+        return CounterUsage({card: dict(used.get(card) or {}) for card in cards})
 
     def take(self, node: Node) -> None:
         """Make `node`, idle, the scratch engine's only node."""
@@ -369,7 +417,7 @@ class _Scratch:
             and not policy.mutex_sort
             and min(weights.slot, weights.core, weights.memory) >= 0
         )
-        hosted = _walked_alone(pod, policy, self.engine.vendors)
+        hosted = walked_alone(pod, policy, self.engine.vendors)
         self._walks.append((variant, hosted, spread))
         return hosted, spread
 
@@ -399,6 +447,9 @@ class _NodeTrial:
         """The last fit walked its devices least used first (HAMi's plain spread order)."""
         self._counting: PassingDevices | None = None
         """The devices that pass at the last fit's usage, when counting decides."""
+        self._counters = scratch.node_counters(node)
+        """The node's partition counters before any share is freed, when the pod asks
+        for a partition."""
         scratch.take(state.node)
         self._state = state
 
@@ -416,10 +467,11 @@ class _NodeTrial:
                 return None
         return self._judge(usage, freed)
 
-    def fits_with_back(self, back: Iterable[Share], freed: Iterable[Share]) -> bool:
+    def fits_with_back(self, back: Collection[Share], freed: Iterable[Share]) -> bool:
         """Whether the pod still fits when the last fit freed `freed` and `back` too
         (`refusal(freed)` is None): only the devices `back` holds are charged again.
-        A fit becomes the usage the next give-back starts from."""
+        A fit becomes the usage the next give-back starts from. Counting never meets a
+        partition: it only judges a pod that asks for none (preemption_counting.py)."""
         fitting = self._fitting
         charged: dict[str, DeviceUsage] = {}
         for share in back:
@@ -443,24 +495,20 @@ class _NodeTrial:
         return self._judge(usage, freed) is None
 
     def keeps_fit(
-        self, back: Iterable[Share], touched: Collection[str], usage: Mapping[str, DeviceUsage]
+        self, back: Collection[Share], touched: Collection[str], usage: Mapping[str, DeviceUsage]
     ) -> bool:
         """Whether the last fit's placement is what the engine would take again with
-        `back` charged (module docstring): the devices `back` touches are outside it
-        and the pod's quota is unchanged; and either the walk goes least used first
-        (a device outside the placement was walked after it or could not host the
-        pod, and only moves further back as its usage grows) or the touched devices
-        cannot host any of the pod's requests."""
+        `back` charged (module docstring): the devices `back` touches are outside it,
+        the pod's quota is unchanged and, if it asks for a partition, `back` holds none;
+        and either the walk goes least used first (a device outside the placement was
+        walked after it or could not host the pod, and only moves further back as its
+        usage grows) or the touched devices cannot host any of the pod's requests."""
         hosted = self._hosted
         if hosted is None or not self._placed.isdisjoint(touched):
             return False
-        quota = self._scratch.quota
-        namespace = self._scratch.namespace
-        if quota is not None and any(
-            (ns, vendor) in quota.quotas and ns == namespace
-            for share in back
-            for ns, vendor, _memory, _cores in share.quota_use
-        ):
+        if charges_quota(back, self._scratch.quota, self._scratch.namespace):
+            return False
+        if self._counters is not None and any(share.partitions for share in back):
             return False
         return self._spread or not any(
             could_host(self._devices[uuid], usage[uuid], request)
@@ -475,9 +523,13 @@ class _NodeTrial:
 
     def _judge(self, usage: dict[str, DeviceUsage], freed: Iterable[Share]) -> str | None:
         scratch = self._scratch
+        freed = tuple(freed)
         scratch.engine.set_usage(self.node, usage)
         scratch.engine.quota = quota_without(scratch.quota, freed)
-        outcome = decide_pod(scratch.engine, scratch.variants, scratch.inventory, (self.node,), {})
+        counters = None if self._counters is None else counters_without(self._counters, freed)
+        outcome = decide_pod(
+            scratch.engine, scratch.variants, scratch.inventory, (self.node,), {}, counters
+        )
         if isinstance(outcome, NoFit):
             return outcome.reasons.get(self.node, NO_VICTIMS)
         self._fitting = usage
@@ -486,75 +538,3 @@ class _NodeTrial:
         )
         self._hosted, self._spread = scratch.walk_of(outcome.variant)
         return None
-
-
-def _walked_alone(
-    pod: PodRequest, policy: GpuPolicy, vendors: VendorRegistry
-) -> tuple[DeviceRequest, ...] | None:
-    """The pod's requests when HAMi's standard Fit judges each of their devices by
-    its own usage alone, else None (the shortcut does not apply)."""
-    requests = tuple(
-        request for container in pod.all_containers for request in container if request.count > 0
-    )
-    for request in requests:
-        vendor = vendors.get(request.vendor)
-        if request.filters.numa_bind or vendor.fit is not None or vendor.charge_slots:
-            return None
-        if policy.topology and vendor.topology_aware:
-            return None
-    return requests
-
-
-def headroom_needs(
-    variant: PodVariant, vendors: VendorRegistry
-) -> tuple[DeviceRequest, ...] | None:
-    """The requests of `variant` that `NodeState.could_fit` counts devices for (those
-    asking for devices, of a vendor without a Fit of its own); None when one names a
-    vendor the registry lacks."""
-    needs: list[DeviceRequest] = []
-    for container in variant.request.all_containers:
-        for request in container:
-            if request.vendor not in vendors:
-                return None
-            if request.count > 0 and vendors.get(request.vendor).fit is None:
-                needs.append(request)
-    return tuple(needs)
-
-
-def lacks_headroom(
-    devices: Iterable[Device],
-    usage: Mapping[str, DeviceUsage],
-    needs: Iterable[tuple[DeviceRequest, ...] | None],
-) -> bool:
-    """Whether every variant (its `headroom_needs`) fails the engine's own necessary
-    condition for a fit (`NodeState.could_fit`) on a node whose devices are at `usage`
-    (a device it leaves out holds nothing): some request finds fewer devices with a
-    free slot, its memory and its cores than it asks for. The engine then refuses
-    every variant, whatever else it checks."""
-    for variant_needs in needs:
-        if variant_needs is None:
-            return False
-        for request in variant_needs:
-            wanted = request.count
-            for device in devices:
-                if could_host(device, usage.get(device.id, _IDLE), request):
-                    wanted -= 1
-                    if not wanted:
-                        break
-            if wanted:
-                break
-        else:
-            return False
-    return True
-
-
-def could_host(device: Device, usage: DeviceUsage, request: DeviceRequest) -> bool:
-    """The engine's `could_fit` headroom test for one device: a free slot, and the
-    memory and cores the request takes there. A device that fails it is skipped by
-    HAMi's standard Fit whatever its place in the walk."""
-    return (
-        device.healthy
-        and usage.used < device.count
-        and device.cores - usage.cores >= min(request.cores, FULL_CARD_CORES)
-        and device.memory_mib - usage.memory_mib >= request.memory_on(device.memory_mib)
-    )

@@ -1,9 +1,15 @@
 """What one share is (a claim's allocation, or a legacy pod's hold, on one node) and
-what freeing some gives back: the engine's usage and HAMi's namespace quota. Pure.
+what freeing some gives back: the engine's usage, the MIG partitions' counters and
+HAMi's namespace quota. Pure.
 
 Shared by the DRA controller's preemption (preemption.py) and the legacy
 extender's preempt verb (legacy/preempt.py): both judge a pod on a node as if
 some holders were gone, and a share frees only when every pod holding it is.
+A claim's MIG partitions (whole devices outside the engine,
+controller/partition_inventory.py) are part of its share on their node: they
+free with it, give back the counters they consume, and are charged to the
+namespace's quota as `charge_claims` charges them, so freeing them gives that
+back too.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.inventory import Inventory, claim_usage, device_vendor
+from controller.inventory import Inventory, claim_usage, device_vendor, partition_charges
 from controller.object_state import reservations_of
+from controller.partition_inventory import CounterUsage, PartitionDevice, claim_partitions
 from dra_driver.engine.model import DeviceUsage
 from dra_driver.engine.quota import NamespaceQuota, QuotaLedger
 from dra_driver.engine.vendors import VendorRegistry
@@ -31,6 +38,8 @@ class Share:
     """The uids of the pods reserving it: it frees only when all of them go."""
     quota_use: tuple[tuple[str, str, int, int], ...] = ()
     """(namespace, vendor, MiB, cores) charged to HAMi's namespace quota."""
+    partitions: tuple[PartitionDevice, ...] = ()
+    """The MIG partitions it holds on the node (none in `usage`: they are no engine device)."""
 
 
 def usage_without(
@@ -82,10 +91,34 @@ def quota_without(ledger: QuotaLedger | None, freed: Iterable[Share]) -> QuotaLe
     return QuotaLedger(quotas)
 
 
+def counters_without(usage: CounterUsage, freed: Iterable[Share]) -> CounterUsage:
+    """The partitions' counter usage with the freed shares' partitions given back (the
+    same object when they hold none; it is never changed in place)."""
+    given = [device for share in freed for device in share.partitions]
+    if not given:
+        return usage
+    left = usage.copy()
+    for device in given:
+        left.charge(device, -1)
+    return left
+
+
+def charges_quota(shares: Iterable[Share], ledger: QuotaLedger | None, namespace: str) -> bool:
+    """Whether freeing any of `shares` gives back quota `namespace` is held to."""
+    if ledger is None:
+        return False
+    return any(
+        ns == namespace and (ns, vendor) in ledger.quotas
+        for share in shares
+        for ns, vendor, _memory, _cores in share.quota_use
+    )
+
+
 def claim_shares(
     claims: Iterable[Mapping[str, Any]], inventory: Inventory, vendors: VendorRegistry
 ) -> list[Share]:
-    """Each allocated claim's share per node, held by the pods in its reservedFor."""
+    """Each allocated claim's share per node, held by the pods in its reservedFor: the
+    engine devices its results consume and the MIG partitions they name."""
     shares: list[Share] = []
     for claim in claims:
         metadata = claim.get("metadata") or {}
@@ -105,7 +138,23 @@ def claim_shares(
                 charges.setdefault(device.node, []).append(
                     (namespace, vendor, amount.memory_mib, amount.cores)
                 )
+        partitions: dict[str, list[PartitionDevice]] = {}
+        if inventory.partitions:
+            for partition in claim_partitions(claim, inventory.partitions):
+                per_node.setdefault(partition.node, {})
+                partitions.setdefault(partition.node, []).append(partition)
+            for partition, vendor, mib, cores in partition_charges(claim, inventory, vendors):
+                charges.setdefault(partition.node, []).append((namespace, vendor, mib, cores))
         key = f"{namespace}/{metadata.get('name')}"
         for node, usage in per_node.items():
-            shares.append(Share(key, node, usage, holders, tuple(charges.get(node, ()))))
+            shares.append(
+                Share(
+                    key,
+                    node,
+                    usage,
+                    holders,
+                    tuple(charges.get(node, ())),
+                    tuple(partitions.get(node, ())),
+                )
+            )
     return shares

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from controller.decide import NoFit, PodAllocation, decide_pod
 from controller.inventory import build_inventory
-from controller.preemption import headroom_needs, lacks_headroom
+from controller.preemption_headroom import headroom_needs, lacks_headroom
 from controller.requests import ClaimVariant, PodVariant
 from dra_driver.engine.engine import Engine
 from dra_driver.engine.fit import fit_request
