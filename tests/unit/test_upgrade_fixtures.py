@@ -16,7 +16,6 @@ that stops reading what an earlier one wrote fails here.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import shutil
 from collections import Counter, defaultdict
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from upgrade_checks import usage_problems
 
 from api.hami_annotations import (
     BIND_PHASE,
@@ -39,7 +39,6 @@ from api.hami_annotations import (
 from api.quantity import MIB
 from cdi.naming import cdi_device_name, qualified_device_id, spec_file_name
 from cdi.validate import validate_spec_document
-from controller.inventory import build_inventory, claim_usage, engine_device
 from controller.object_state import allocated_node
 from dra_driver.objects.pod_claims import reserving_pods
 from kubeletplugin.checkpoint import (
@@ -293,35 +292,10 @@ def test_controller_reads_usage_within_capacity(recording: Recording) -> None:
     """The current controller's inventory of the recorded slices finds every allocated
     device; no device is used past its shares, memory or cores; no two claims hold
     overlapping MIG placements of one card."""
-    inventory = build_inventory(recording.objects("resourceslices"), recording.driver)
-    used: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
-    placements: dict[Any, list[tuple[int, int]]] = defaultdict(list)
     claims = [c for c in recording.objects("resourceclaims") if allocated_node(c)]
     assert claims
-    for claim in claims:
-        results = claim["status"]["allocation"]["devices"]["results"]
-        counted = claim_usage(claim, inventory)
-        partitions = [
-            inventory.partitions[(r["driver"], r["pool"], r["device"])]
-            for r in results
-            if (r["driver"], r["pool"], r["device"]) in inventory.partitions
-        ]
-        assert len(counted) + len(partitions) == len(results), claim["metadata"]["name"]
-        for device, usage in counted:
-            total = used[device.key]
-            total[0] += usage.used
-            total[1] += usage.memory_mib
-            total[2] += usage.cores
-        for partition in partitions:
-            placements[partition.card].append((partition.start, partition.size))
-    for key, (shares, memory_mib, cores) in used.items():
-        capacity = engine_device(inventory.by_key[key], frozenset())
-        assert shares <= capacity.count and memory_mib <= capacity.memory_mib, key
-        assert cores <= capacity.cores, key
-    for card, taken in placements.items():
-        ordered = sorted(taken)
-        for (start, size), (next_start, _) in itertools.pairwise(ordered):
-            assert start + size <= next_start, f"overlapping placements on {card}: {ordered}"
+    slices = recording.objects("resourceslices")
+    assert usage_problems(slices, claims, recording.driver) == []
 
 
 def _legacy_nodes(recording: Recording) -> dict[str, dict[str, Any]]:
