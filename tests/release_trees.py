@@ -21,6 +21,8 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 REPOSITORY = Path(__file__).resolve().parents[1]
 ENTRY_POINT_GROUP = "dra_driver.commands"
 
@@ -39,13 +41,17 @@ def _project(tree: Path) -> Mapping[str, object]:
     return project  # type: ignore[no-any-return]
 
 
-def tag_commit(tag: str, repository: Path = REPOSITORY) -> str:
-    """The commit `tag` names; ReleaseTreeError where git or the tag is missing."""
+def _git() -> str:
     git = shutil.which("git")
     if git is None:
         raise ReleaseTreeError("git is not installed")
+    return git
+
+
+def tag_commit(tag: str, repository: Path = REPOSITORY) -> str:
+    """The commit `tag` names; ReleaseTreeError where git or the tag is missing."""
     found = subprocess.run(
-        [git, "-C", str(repository), "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}"],
+        [_git(), "-C", str(repository), "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}"],
         capture_output=True,
         text=True,
         check=False,
@@ -53,6 +59,28 @@ def tag_commit(tag: str, repository: Path = REPOSITORY) -> str:
     if found.returncode != 0:
         raise ReleaseTreeError(f"{repository} has no tag {tag} (a shallow or tagless clone?)")
     return found.stdout.strip()
+
+
+def previous_release_tag(repository: Path = REPOSITORY) -> str:
+    """The newest `v<version>` tag below the working tree's version: the release a
+    rolling upgrade to this tree starts from."""
+    current = Version(release_version(repository))
+    listed = subprocess.run(
+        [_git(), "-C", str(repository), "tag", "--list", "v*"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    versions = []
+    for tag in listed.stdout.split():
+        try:
+            versions.append((Version(tag.removeprefix("v")), tag))
+        except InvalidVersion:
+            continue
+    older = [(version, tag) for version, tag in versions if version < current]
+    if listed.returncode != 0 or not older:
+        raise ReleaseTreeError(f"{repository} has no release tag below {current}")
+    return max(older)[1]
 
 
 def extract_release(tag: str, destination: Path, repository: Path = REPOSITORY) -> Path:
@@ -63,7 +91,7 @@ def extract_release(tag: str, destination: Path, repository: Path = REPOSITORY) 
         shutil.rmtree(destination)
     destination.mkdir(parents=True)
     archive = subprocess.run(
-        ["git", "-C", str(repository), "archive", "--format=tar", commit],
+        [_git(), "-C", str(repository), "archive", "--format=tar", commit],
         capture_output=True,
         check=True,
     )
