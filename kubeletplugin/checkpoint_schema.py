@@ -39,14 +39,13 @@ snapshot), so the snapshot's version is the journal's.
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from dra_driver.errors import DriverError
+from dra_driver.version import build_info
 
 CHECKPOINT_VERSION = 1
 """The schema version this release writes; bumped only for a change older readers cannot read."""
@@ -58,7 +57,6 @@ VERSION_KEY = "version"
 WRITER_KEY = "writer"
 """The body key naming the release that wrote the file; absent in files of 0.1.0."""
 
-DISTRIBUTION = "vgpu-dra-driver"
 NO_UNKNOWN: Mapping[str, Any] = MappingProxyType({})
 """The `unknown` of a record read with no unknown key, or made by this release."""
 
@@ -71,13 +69,9 @@ def no_unknown() -> Mapping[str, Any]:
 UPGRADING_DOC = "docs/upgrading.md"
 
 
-@functools.cache
 def this_release() -> str:
-    """The release of the running code, from the package metadata (`writer`)."""
-    try:
-        return importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    """The release of the running code (`writer`), from the package metadata."""
+    return build_info().version
 
 
 class CheckpointError(DriverError):
