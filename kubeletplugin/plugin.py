@@ -10,6 +10,9 @@ The sockets serve before the API server is first reached: while it is away the
 plugin waits for it (`dra_driver.kube.api_wait`, logged, and /readyz says why)
 with its liveness probe passing, then publishes; an exit would put it into
 CrashLoopBackOff and keep the node's GPUs unserved long after the server is back.
+A checkpoint it must not use (from a newer release, or damaged) does not stop it
+either: it serves, refuses every claim, reports why, and publishes nothing
+(`state_refusal`).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from kubeletplugin.prepare_plan import DeviceCapacity
 from kubeletplugin.preparer import CLAIM_READ_TIMEOUT_S, ClaimPreparer, PreparerSettings
 from kubeletplugin.publisher import SlicePublisher
 from kubeletplugin.slices import SliceSettings, build_device, device_name
+from kubeletplugin.state_refusal import EVENT_REASON_STATE_REFUSED
 from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.settings import LibvgpuPaths
 
@@ -232,7 +236,13 @@ class KubeletPlugin:
         await self.preparer.start()
         await self._serve_sockets()
         self._tasks.append(asyncio.create_task(self._guard_sockets(), name="socket guard"))
+        refusal = self.preparer.refusal
+        if refusal is not None:
+            self.metrics.state_refused.labels(refusal.file, refusal.reason).set(1)
         await self.api_wait.until_serving(self.client)
+        if refusal is not None:
+            self._node_event(EVENT_REASON_STATE_REFUSED, refusal.message)
+            return
         await self.publisher.start()
         await self.api_wait.until_reachable(
             lambda: self.publisher.publish(self.publishable_gpus(), self.slice_settings)
@@ -267,6 +277,13 @@ class KubeletPlugin:
         await self.events.aclose()
         await self.publisher.aclose()
         return stopped
+
+    def readiness(self) -> str | None:
+        """None when ready, else why not: the refusal of the checkpoint, or the wait for
+        the API server (the readiness endpoint's callback)."""
+        if self.preparer.refusal is not None:
+            return self.preparer.refusal.readiness()
+        return self.api_wait.readiness()
 
     async def __aenter__(self) -> KubeletPlugin:
         await self.start()
@@ -309,8 +326,13 @@ class KubeletPlugin:
             log.warning(
                 "GPU not published", extra={"node": node, "gpu": gpu.uuid, "reason": reason}
             )
-            reference = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
-            self.events.emit(reference, WARNING, "GPUNotPublished", reason)
+            self._node_event("GPUNotPublished", reason)
+
+    def _node_event(self, reason: str, message: str) -> None:
+        """A Warning Event on this node, where `kubectl describe node` shows it."""
+        node = self.settings.node_name
+        reference = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node}
+        self.events.emit(reference, WARNING, reason, message)
 
     async def wait_for_sockets(self, generation: int) -> None:
         """Wait until the sockets have been created `generation` times."""

@@ -34,17 +34,17 @@ from dra_driver.kube.events import NORMAL, WARNING, EventRecorder, involved_obje
 from dra_driver.kube.rest import ApiError, KubeClient, NotFoundError, object_path
 from dra_driver.objects.dra_vendors import NVIDIA
 from dra_driver.objects.enforcement_events import ENFORCEMENT_DISABLED, OPT_OUT_IGNORED
-from dra_driver.objects.names import is_dns_label, is_dns_subdomain
 from dra_driver.objects.pod_claims import container_claims, reserving_pods
-from dra_driver.objects.tamper_rules import tamper_findings
 from kubeletplugin.amdsmi_backend import AMD
 from kubeletplugin.checkpoint import (
     Checkpoint,
+    CheckpointError,
     CheckpointFile,
     ClaimRecord,
     PreparedDevice,
     PrepareState,
 )
+from kubeletplugin.claim_checks import ClaimRef, checked_ref, refuse_tampering
 from kubeletplugin.claim_layout import (
     ClaimView,
     ContainerUse,
@@ -65,6 +65,7 @@ from kubeletplugin.mig_plan import PartitionPlan
 from kubeletplugin.mig_prepare import MigPartitions
 from kubeletplugin.mixed_reads import MixedReadError, fetch_node_pods
 from kubeletplugin.mixed_usage import PreparedShare, prepare_overcommit
+from kubeletplugin.orphans import orphan_claims
 from kubeletplugin.prepare_plan import (
     ClaimPlan,
     DeviceCapacity,
@@ -74,10 +75,11 @@ from kubeletplugin.prepare_plan import (
     plan_claim,
     plan_vendor,
 )
+from kubeletplugin.state_refusal import StateRefusal
 from kubeletplugin.usage_ledger import UsageLedger, record_holdings
 from libvgpu.cache_dirs import CacheDirError, CacheDirSettings, create_cache_dir, remove_cache_dir
 from libvgpu.cache_paths import CLAIMS_DIR, claim_cache_location
-from libvgpu.settings import LibvgpuPaths, guarded_paths
+from libvgpu.settings import LibvgpuPaths
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +89,6 @@ PREPARED, IN_FLIGHT = "prepared", "in flight"
 EVENT_REASON_UNCHARGED = "VGPUConfigNotCharged"
 EVENT_REASON_OPT_OUT_IGNORED = OPT_OUT_IGNORED
 EVENT_REASON_ENFORCEMENT_DISABLED = ENFORCEMENT_DISABLED
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimRef:
-    """What kubelet says about a claim: namespace, name and uid, nothing else."""
-
-    namespace: str
-    name: str
-    uid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,16 +125,6 @@ class PreparerSettings:
     """The device plugin serves these GPUs too: the node's legacy pods count as usage."""
 
 
-def checked_ref(ref: ClaimRef) -> ClaimRef:
-    """Refuse anything that could escape a path or a URL before it is used."""
-    validate_claim_uid(ref.uid)
-    if not is_dns_label(ref.namespace):
-        raise InvalidParameterError("claim.namespace", f"{ref.namespace!r} is not a DNS label")
-    if not is_dns_subdomain(ref.name):
-        raise InvalidParameterError("claim.name", f"{ref.name!r} is not a DNS subdomain")
-    return ref
-
-
 class ClaimPreparer:
     def __init__(
         self,
@@ -173,23 +156,35 @@ class ClaimPreparer:
         self._checkpoint_lock = asyncio.Lock()
         self._changes = 0
         self._written = 0
+        self.refusal: StateRefusal | None = None
+        """Set when the checkpoint must not be used: every claim is refused (`state_refusal`)."""
 
     async def start(self) -> None:
-        """Load the checkpoint and undo whatever a crash or reboot left behind."""
-        self.checkpoint = await asyncio.to_thread(self.checkpoint_file.load)
+        """Load the checkpoint and undo whatever a crash or reboot left behind; a checkpoint
+        that must not be used leaves everything as it is and every claim refused."""
+        try:
+            self.checkpoint = await asyncio.to_thread(self.checkpoint_file.load)
+        except CheckpointError as error:
+            self.refusal = StateRefusal.of(error, self.checkpoint_file.journal_path)
+            log.error(
+                "checkpoint refused: nothing is prepared, unprepared or cleaned up",
+                extra={
+                    "node": self.settings.node_name,
+                    "reason": error.reason,
+                    "error": str(error),
+                },
+            )
+            return
         for uid, record in self.checkpoint.claims.items():
             self._usage.hold((uid, PREPARED), record_holdings(record))
         await asyncio.to_thread(self.cdi.sweep_temp_files)
         for uid, record in list(self.checkpoint.claims.items()):
             if record.state is PrepareState.STARTED:
                 await self._roll_back(uid)
+        cache_root = self.settings.libvgpu.cache_root
         known = set(self.checkpoint.claims)
-        for uid in await asyncio.to_thread(self.cdi.list_claim_specs):
-            if uid not in known:
-                await self._roll_back(uid)
-        for uid in await asyncio.to_thread(self._cache_dir_uids):
-            if uid not in known:
-                await self._roll_back(uid)
+        for uid in await asyncio.to_thread(orphan_claims, known, self.cdi, cache_root):
+            await self._roll_back(uid)
         self.metrics.prepared_claims.set(len(self.checkpoint.claims))
 
     def prepared_records(self) -> list[ClaimRecord]:
@@ -234,8 +229,13 @@ class ClaimPreparer:
     def _lock(self, uid: str) -> asyncio.Lock:
         return self._claim_locks.setdefault(uid, asyncio.Lock())
 
+    def _refuse_if_refusing(self, ref: ClaimRef) -> None:
+        if self.refusal is not None:
+            raise self.refusal.claim_error(ref.namespace, ref.name, ref.uid)
+
     async def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
         ref = checked_ref(ref)
+        self._refuse_if_refusing(ref)
         async with self._lock(ref.uid):
             record = self.checkpoint.claims.get(ref.uid)
             if (
@@ -366,6 +366,7 @@ class ClaimPreparer:
 
     async def _unprepare_one(self, ref: ClaimRef) -> PrepareResult:
         validate_claim_uid(ref.uid)
+        self._refuse_if_refusing(ref)
         async with self._lock(ref.uid):
             record = self.checkpoint.claims.get(ref.uid)
             await self._roll_back(ref.uid)
@@ -566,33 +567,9 @@ class ClaimPreparer:
             if self._written >= wanted:
                 return
             written = self._changes
-            snapshot = Checkpoint(self.checkpoint.boot_id, dict(self.checkpoint.claims))
+            snapshot = replace(self.checkpoint, claims=dict(self.checkpoint.claims))
             await asyncio.to_thread(self.checkpoint_file.store, snapshot)
             self._written = written
         self.metrics.prepared_claims.set(
             sum(r.state is PrepareState.COMPLETED for r in snapshot.claims.values())
-        )
-
-    def _cache_dir_uids(self) -> list[str]:
-        root = Path(self.settings.libvgpu.cache_root) / CLAIMS_DIR
-        if not root.is_dir():
-            return []
-        uids = []
-        for entry in root.iterdir():
-            try:
-                uids.append(validate_claim_uid(entry.name))
-            except InvalidParameterError:
-                continue
-        return uids
-
-
-def refuse_tampering(pod: Mapping[str, Any], pod_name: str, paths: LibvgpuPaths) -> None:
-    """The second line behind admission: a reserving pod with a container that could
-    lift libvgpu's limits (privileged, CAP_SYS_ADMIN, a hostPath over its files) is not
-    prepared, since its claim's shares would not hold."""
-    findings = tamper_findings(pod, guarded_paths(paths))
-    if findings:
-        first = findings[0]
-        raise InvalidParameterError(
-            f"pod {pod_name} container {first.container} {first.field}", first.reason
         )

@@ -68,14 +68,15 @@ async def serve_kubelet_plugin(
     api_wait: ApiWait | None = None,
 ) -> None:
     """Run until `stop`; `/metrics` and `/readyz` are served on `metrics_address` when
-    given, from the start on, so a plugin waiting for the API server says so."""
+    given, from the start on, so a plugin waiting for the API server, or refusing its
+    checkpoint, says so."""
     client = await KubeClient.from_kubeconfig(kubeconfig, component=COMPONENT)
     registry = CollectorRegistry()
     register_build_info(registry)
     api_wait = api_wait or ApiWait(COMPONENT)
     try:
         plugin = KubeletPlugin(settings, client, open_backend(settings), registry, api_wait)
-        async with _metrics_server(registry, metrics_address, api_wait.readiness):
+        async with _metrics_server(registry, metrics_address, plugin.readiness):
             if await finished_before_stop(stop, plugin.start()):
                 try:
                     await stop.wait()
