@@ -1,8 +1,9 @@
 """Preemption in DRA mode, the acting half: when to plan, the writes, and held capacity.
 
 kube-scheduler cannot preempt for a GPU share (preemption.py says why), so the
-controller does it for the pods whose shares it decides. `plan_preemption`
-(preemption.py, pure) chooses the node and the victims; this module decides
+controller does it for the pods whose shares and MIG partitions it decides.
+`plan_preemption` (preemption.py, pure) chooses the node and the victims, over
+the view's engine and its partitions' counters; this module decides
 when to ask it and carries the plan out as kube-scheduler's executor does
 (reference kubernetes-dra.md §10).
 
@@ -250,6 +251,7 @@ class Preemptions:
             nodes,
             replace(cluster.holdings, rooms=rooms),
             random.randrange(len(nodes)) if nodes else 0,
+            self.view.partition_usage,
         )
         if isinstance(plan, NoPreemption):
             self.metrics.preemption_attempts.labels(NOT_HELPFUL).inc()

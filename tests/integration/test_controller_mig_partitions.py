@@ -208,3 +208,39 @@ async def test_a_partition_counts_against_the_namespace_gpu_memory_quota(tmp_pat
             event = await c.wait_event("again", FILTERING_FAILED)
             assert "ResourceQuotaNotFit" in event["message"]
             assert not (c.claim("big-claim").get("status") or {}).get("allocation")
+
+
+async def test_a_high_priority_partition_pod_preempts_the_holder_in_its_way(
+    tmp_path: Path,
+) -> None:
+    """The card holds two 3g.40gb: keep's at 4 (priority 500), low's at 0 (priority 0).
+    A priority-1000 pod asking for a 3g.40gb preempts low only (keep given back first
+    still leaves placement 0 free once low is gone), and gets placement 0 once low's
+    claim is released; keep's partition is untouched."""
+    async with cluster(tmp_path) as c:
+        await classes(c)
+        await publish(c, "node-a")
+        await c.add_priority_class("mid", 500)
+        await c.add_priority_class("high", 1000)
+        async with controller(c.client):
+            await c.add_pod_with_claim("keep", mig("3g.40gb"), priorityClassName="mid")
+            [keep] = await c.wait_allocated("keep-claim")
+            await c.add_pod_with_claim("low", mig("3g.40gb"))
+            [low] = await c.wait_allocated("low-claim")
+            assert results(keep)[0]["device"] == "gpu-0-mig-3g-40gb-at-4"
+            assert results(low)[0]["device"] == "gpu-0-mig-3g-40gb-at-0"
+            await c.add_pod_with_claim("high", mig("3g.40gb"), priorityClassName="high")
+            preempting = await c.wait_event("high", "Preempting")
+            assert f"{NAMESPACE}/low" in preempting["message"]
+            assert f"{NAMESPACE}/keep" not in preempting["message"]
+            [high] = await c.wait_allocated("high-claim")
+            assert results(high)[0]["device"] == "gpu-0-mig-3g-40gb-at-0"
+            assert whole(results(high)[0])
+            # The pod gone, its partition counts as free (ClusterView.freed) before the
+            # claim's release is written.
+            await c.wait_claims(
+                lambda store: not store[f"{NAMESPACE}/low-claim"]["status"].get("allocation")
+            )
+            await c.pods.wait_for(lambda store: f"{NAMESPACE}/low" not in store)
+            assert f"{NAMESPACE}/keep" in c.pods.store
+            assert results(c.claim("keep-claim"))[0]["device"] == "gpu-0-mig-3g-40gb-at-4"
