@@ -1,5 +1,6 @@
-"""Claims and pods for the upgrade fixtures and the rolling-upgrade test, and the steps
-kube-scheduler and kubelet take for one pod once the controller allocated its claim.
+"""The cluster of the upgrade fixtures and the rolling-upgrade test: its nodes' mock cards,
+the claims and pods they run, and the steps kube-scheduler and kubelet take for one pod
+once the controller allocated its claim.
 
 Shared by `tests/fixtures/upgrade/record_release.py`, which runs it on a release's own
 code, and `tests/integration/test_rolling_upgrade.py`, which runs it on the working
@@ -17,6 +18,7 @@ from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient, object_path
 from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA
 
+GIB = 1 << 30
 DRIVER = "vgpu.hami.io"
 SHARED_CLASS = "nvidia.vgpu.hami.io"
 MIG_CLASS = "mig.nvidia.vgpu.hami.io"
@@ -27,6 +29,41 @@ ALL_CLAIMS = "/apis/resource.k8s.io/v1/resourceclaims"
 
 class PodStepError(RuntimeError):
     """A pod could not be placed: its claim's prepare (or unprepare) failed."""
+
+
+def gpu_uuid(node_number: int, index: int) -> str:
+    return f"GPU-0000000{node_number:x}-0000-4000-8000-{index:012d}"
+
+
+def shared_gpus(node_number: int) -> dict[str, Any]:
+    """A mock GPU file: two 80 GiB A100s on one NUMA node, shared."""
+    return {
+        "gpus": [
+            {
+                "uuid": gpu_uuid(node_number, index),
+                "index": index,
+                "productName": "NVIDIA A100-SXM4-80GB",
+                "memory": 80 * GIB,
+                "numa": 0,
+                "pciBusID": f"0000:{0x10 + index:02x}:00.0",
+            }
+            for index in range(2)
+        ]
+    }
+
+
+def mig_gpus(node_number: int) -> dict[str, Any]:
+    """A mock GPU file: one H100 80GB in MIG mode, no instance yet."""
+    card = {
+        "uuid": gpu_uuid(node_number, 0),
+        "index": 0,
+        "productName": "NVIDIA H100 80GB HBM3",
+        "memory": 80 * GIB,
+        "numa": 0,
+        "pciBusID": "0000:10:00.0",
+        "mig": {"mode": "enabled"},
+    }
+    return {"gpus": [card]}
 
 
 def share(memory: str, cores: str, count: int = 1) -> dict[str, Any]:
