@@ -11,7 +11,8 @@ HAMi takes a 3g at 4 before 0. The expected victims are worked out in each docst
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 from controller.inventory import build_inventory, quota_ledger, usage_by_node
@@ -34,6 +35,7 @@ from dra_driver.objects.dra_cel import cel_device_from_slice
 from dra_driver.objects.dra_cel_cache import SelectorCache
 from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
 from dra_driver.objects.mig_devices import PARTITION_CLASS
+from dra_driver.objects.node_predicates import NodeRoom
 from tests.mig_slices import (
     ALLOCATION_TAINT,
     DRIVER,
@@ -110,9 +112,16 @@ class World:
         )
 
     def plan(
-        self, priority: int, pods: Sequence[Holder], *requests: dict[str, Any], ns: str = "ns"
+        self,
+        priority: int,
+        pods: Sequence[Holder],
+        *requests: dict[str, Any],
+        ns: str = "ns",
+        rooms: Mapping[str, NodeRoom] | None = None,
+        cpu: int = 0,
     ) -> NodeVictims | NoPreemption:
-        """The plan for a pod of `priority` in `ns` whose one claim makes `requests`."""
+        """The plan for a pod of `priority` in `ns` (asking `cpu` cores) whose one claim
+        makes `requests`; `rooms` are the nodes short of room as they stand."""
         claim = {
             "metadata": {"name": "hi-claim", "namespace": ns, "uid": "hi-claim"},
             "spec": {"devices": {"requests": list(requests)}},
@@ -120,10 +129,10 @@ class World:
         variants = pod_variants(
             {"metadata": {"name": "hi", "namespace": ns}}, [claim], self.context
         )
-        holdings = Holdings({p.uid: p for p in pods}, self.shares)
+        holdings = Holdings({p.uid: p for p in pods}, self.shares, (), rooms or {})
         nodes = list(self.inventory.nodes)
         return plan_preemption(
-            Preemptor(priority, variants),
+            Preemptor(priority, variants, requests={"cpu": Decimal(cpu)}),
             self.engine,
             self.inventory,
             nodes,
@@ -222,6 +231,18 @@ def test_a_share_pod_never_evicts_a_partition_holder() -> None:
     assert victims(plan) == ("a", ["s"])
     plan = world.plan(10, [pod("mig-a"), pod("mig-b"), pod("s", 100)], share(40))
     assert plan == NoPreemption(f"0/2 nodes are available: 2 {NO_VICTIMS}.")
+
+
+def test_a_share_pod_evicts_a_partition_holder_for_the_cpu_its_going_gives() -> None:
+    """gpu-0 is free, but the node's 2 cores are m's (it holds the whole MIG card) and
+    the pod asks 1: as kube-scheduler's dry run runs NodeResourcesFit, m is a victim
+    though its partition frees nothing the share needs."""
+    slices = pool_slices("a", mig_cards=(1,), shared_cards=(0,))
+    world = World(slices, [holding("m", "a", "gpu-1-mig-7g-80gb-at-0", holders=["m"])])
+    two_cores = {"cpu": Decimal(2), "pods": Decimal(110)}
+    room = NodeRoom(two_cores, {"cpu": Decimal(2)}, 1, {"m": {"cpu": Decimal(2)}})
+    plan = world.plan(10, [pod("m")], share(10), rooms={"a": room}, cpu=1)
+    assert victims(plan) == ("a", ["m"])
 
 
 def test_a_share_pod_evicts_its_own_namespaces_partition_holder_for_quota() -> None:
