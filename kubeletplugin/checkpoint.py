@@ -313,6 +313,9 @@ class CheckpointEncoder:
     def __init__(self, writer: str | None = None) -> None:
         self.writer = writer or this_release()
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}
+        self._around: tuple[str, Mapping[str, Any], bytes, bytes] | None = None
+        """The body's bytes before and after the claims' members, for a boot id and
+        `unknown`: the same on every store of a plugin's life."""
 
     def members(self, checkpoint: Checkpoint) -> dict[str, tuple[ClaimRecord, bytes]]:
         """Per uid, the record and its `"<uid>":{...}` member in canonical JSON."""
@@ -331,16 +334,29 @@ class CheckpointEncoder:
 
     def encode_with_checksum(self, checkpoint: Checkpoint) -> tuple[bytes, str]:
         current = self.members(checkpoint)
-        members = [
-            (key, _canonical(key) + b":" + _canonical(value))
-            for key, value in _head(checkpoint, self.writer).items()
-        ]
-        claims = b",".join(current[uid][1] for uid in sorted(current))
-        members.append(("claims", b'"claims":{' + claims + b"}"))
-        members.sort(key=lambda member: member[0])
-        canonical = b"{" + b",".join(member for _, member in members) + b"}"
+        before, after = self._around_claims(checkpoint)
+        canonical = before + b",".join(current[uid][1] for uid in sorted(current)) + after
         checksum = hashlib.sha256(canonical).hexdigest()
         return b'{"checksum":"' + checksum.encode() + b'","data":' + canonical + b"}", checksum
+
+    def _around_claims(self, checkpoint: Checkpoint) -> tuple[bytes, bytes]:
+        """`{<members sorted before "claims">,"claims":{` and `}<members after>}`."""
+        around = self._around
+        if around is None or around[0] != checkpoint.boot_id or around[1] is not checkpoint.unknown:
+            members = sorted(
+                (key, _canonical(key) + b":" + _canonical(value))
+                for key, value in _head(checkpoint, self.writer).items()
+            )
+            before = [member for key, member in members if key < "claims"]
+            after = [member for key, member in members if key > "claims"]
+            around = (
+                checkpoint.boot_id,
+                checkpoint.unknown,
+                b"{" + b"".join(member + b"," for member in before) + b'"claims":{',
+                b"}" + b"".join(b"," + member for member in after) + b"}",
+            )
+            self._around = around
+        return around[2], around[3]
 
 
 def decode_checkpoint(raw: bytes, path: Path | str = "checkpoint") -> Checkpoint:
