@@ -51,7 +51,7 @@ CHECKPOINT_VERSION = 1
 """The schema version this release writes; bumped only for a change older readers cannot read."""
 
 READABLE_VERSIONS = (1,)
-"""Every schema version this release reads (older ones are migrated on load)."""
+"""Every schema version this release reads; a later release migrates older ones on load."""
 
 VERSION_KEY = "version"
 WRITER_KEY = "writer"
@@ -83,7 +83,6 @@ class CheckpointError(DriverError):
     def __init__(self, path: Path | str, problem: str) -> None:
         super().__init__(f"{path}: {problem}")
         self.path = str(path)
-        self.problem = problem
 
 
 class CheckpointCorruptError(CheckpointError):

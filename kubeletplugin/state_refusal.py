@@ -57,14 +57,13 @@ class StateRefusal:
     """`checkpoint` or `journal`."""
     reason: str
     """`newer_version` or `corrupt` (`CheckpointError.reason`)."""
-    path: str
     message: str
     """The error, naming the file, what was found and what to do."""
 
     @classmethod
     def of(cls, error: CheckpointError, journal_path: Path) -> StateRefusal:
         file = JOURNAL_FILE if error.path == str(journal_path) else CHECKPOINT_FILE
-        return cls(file, error.reason, error.path, str(error))
+        return cls(file, error.reason, str(error))
 
     def claim_error(self, namespace: str, name: str, uid: str) -> StateRefusedError:
         return StateRefusedError(

@@ -192,11 +192,15 @@ def stored(tmp_path: Path, **kwargs: Any) -> CheckpointFile:
 
 def refused(file: CheckpointFile, error: type[Exception]) -> str:
     """Load must raise `error` and leave every file of the directory as it was."""
+    return str(refusal(file, error))
+
+
+def refusal(file: CheckpointFile, error: type[Exception]) -> Exception:
     before = {p.name: p.read_bytes() for p in file.path.parent.iterdir()}
     with pytest.raises(error) as raised:
         CheckpointFile(file.path, BOOT, legacy_path=file.legacy_path).load()
     assert {p.name: p.read_bytes() for p in file.path.parent.iterdir()} == before
-    return str(raised.value)
+    return raised.value
 
 
 def test_a_truncated_snapshot_is_refused_naming_the_file(tmp_path: Path):
@@ -247,7 +251,9 @@ def test_a_future_version_is_refused_naming_file_versions_and_writer(tmp_path: P
     body.update(version=2, writer="0.7.1")
     body["claims"]["u1"]["devices"][0]["newKey"] = 1
     file.path.write_bytes(envelope(body))
-    message = refused(file, CheckpointTooNewError)
+    error = refusal(file, CheckpointTooNewError)
+    assert (error.path, error.version, error.writer) == (str(file.path), 2, "0.7.1")
+    message = str(error)
     assert str(file.path) in message
     assert "schema version 2" in message and "release 0.7.1" in message
     assert "reads schema version 1" in message and this_release() in message
