@@ -5,6 +5,7 @@ only files it certainly wrote are swept as orphans."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from test_kubelet_plugin import DRIVER, NODE, Node, node, result
 
 from kubeletplugin.checkpoint import CheckpointFile
 from kubeletplugin.checkpoint_journal import journal_line
+from kubeletplugin.checkpoint_schema import this_release
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin
 
@@ -167,3 +169,37 @@ async def test_after_a_reboot_only_specs_it_writes_are_swept(
     logged = {r.claim_uid: r.problem for r in caplog.records if hasattr(r, "claim_uid")}
     assert set(logged) == {claim.uid for claim in left}
     assert "cdiVersion '1.1.0'" in logged[later.uid]
+
+
+async def test_what_a_newer_release_added_survives_this_plugins_stores(node: Node):
+    """A newer release that kept schema version 1 may add keys to the body and to a
+    claim's record; this plugin keeps them through its own prepares (each store
+    rewrites or journals the checkpoint) and answers the claim as recorded."""
+    first = await node.claim("first", [result("gpu-0", "1Gi")])
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        answered = (await node.kubelet.prepare(DRIVER, [first])).claims[first.uid]
+    await node.kubelet.wait_deregistered(DRIVER)
+    path = node.settings.checkpoint_path
+    body = json.loads(path.read_bytes())["data"]
+    body.update(writer="0.9.0", placementHints={"gpu-0": [1, 2]})
+    body["claims"][first.uid]["leaseRenewed"] = "2027-01-01T00:00:00Z"
+    path.write_bytes(envelope(body))
+
+    second = await node.claim("second", [result("gpu-1", "1Gi")])
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        assert (await node.kubelet.prepare(DRIVER, [second])).claims[second.uid].error == ""
+        assert (await node.kubelet.prepare(DRIVER, [first])).claims[first.uid] == answered
+
+    written = json.loads(path.read_bytes())["data"]
+    assert written["writer"] == this_release()
+    assert written["placementHints"] == {"gpu-0": [1, 2]}
+    assert written["claims"][first.uid]["leaseRenewed"] == "2027-01-01T00:00:00Z"
+    assert set(written["claims"]) == {first.uid, second.uid}
+
+
+def envelope(body: dict) -> bytes:
+    data = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    checksum = hashlib.sha256(data).hexdigest().encode()
+    return b'{"checksum":"' + checksum + b'","data":' + data + b"}"
