@@ -180,12 +180,31 @@ class ClaimPreparer:
         await asyncio.to_thread(self.cdi.sweep_temp_files)
         for uid, record in list(self.checkpoint.claims.items()):
             if record.state is PrepareState.STARTED:
-                await self._roll_back(uid)
+                await self._clean_up_at_start(uid, "prepare interrupted")
         cache_root = self.settings.libvgpu.cache_root
         known = set(self.checkpoint.claims)
         for uid in await asyncio.to_thread(orphan_claims, known, self.cdi, cache_root):
-            await self._roll_back(uid)
+            await self._clean_up_at_start(uid, "no checkpoint record")
         self.metrics.prepared_claims.set(len(self.checkpoint.claims))
+
+    async def _clean_up_at_start(self, uid: str, why: str) -> None:
+        """Roll a claim back at start; what cannot go yet (a cache dir a container still
+        mounts, an instance NVML keeps) stays and is logged, never a reason to stop the
+        plugin: a start that fails on it would fail again on every restart. A record left
+        PrepareStarted is rolled back again by the claim's next prepare or unprepare."""
+        try:
+            await self._roll_back(uid)
+        except DriverError as error:
+            log.warning(
+                "claim left in place at start: cleaned up on its next prepare or unprepare, "
+                "or at a later start",
+                extra={
+                    "node": self.settings.node_name,
+                    "claim_uid": uid,
+                    "why": why,
+                    "error": str(error),
+                },
+            )
 
     def prepared_records(self) -> list[ClaimRecord]:
         return list(self.checkpoint.claims.values())

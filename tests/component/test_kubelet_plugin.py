@@ -799,3 +799,33 @@ async def test_a_backend_with_device_nodes_lists_only_those_the_host_has(node: N
         }
         error = response.claims[absent.uid].error
         assert f"device node {dev}/nvidia0 of GPU minor 0 is missing on this node" in error
+
+
+async def test_a_forgotten_claim_whose_cache_dir_a_container_mounts_does_not_stop_the_start(
+    node: Node, caplog: pytest.LogCaptureFixture
+):
+    """The checkpoint moved aside while a container still runs: the plugin starts, keeps
+    the mounted cache dir (logged), and removes it at a start after the container went."""
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        claim = await node.claim("forgotten", [result("gpu-0", "1Gi")])
+        assert (await node.kubelet.prepare(DRIVER, [claim])).claims[claim.uid].error == ""
+    await node.kubelet.wait_deregistered(DRIVER)
+    node.settings.checkpoint_path.unlink()
+    cache_dir = node.root / "vgpu" / "claims" / claim.uid
+    container = node.root / "none-container-mountinfo"
+    container.write_text(
+        f"100 90 8:1 {cache_dir} /usr/local/vgpu/claims/{claim.uid} rw - ext4 /dev/sda1 rw\n"
+    )
+    caplog.set_level(logging.WARNING, logger="kubeletplugin.preparer")
+    async with node.plugin() as plugin:
+        await node.kubelet.wait_registered(DRIVER)
+        assert plugin.preparer.prepared_records() == []
+        assert cache_dir.is_dir()
+    [kept] = [r for r in caplog.records if r.getMessage().startswith("claim left in place")]
+    assert kept.claim_uid == claim.uid and "still mounted" in kept.error
+    await node.kubelet.wait_deregistered(DRIVER)
+    container.unlink()
+    async with node.plugin():
+        await node.kubelet.wait_registered(DRIVER)
+        assert not cache_dir.exists()
