@@ -16,8 +16,15 @@ leaves an instance no entry names: it is kept (a leak an administrator sees in
 
 The file carries the node's boot id: MIG instances do not survive a reboot, so the
 entries of another boot name nothing and are dropped when read, before a new
-instance could reuse their ids. A file that cannot be read is logged and replaced
-on the next write: its instances are kept, never destroyed.
+instance could reuse their ids.
+
+It carries a schema `version` (1) and the release that wrote it (`writer`). A
+release adding or changing a key bumps the version: this one writes back only the
+keys it knows. A file this release cannot read (a newer version, or damaged) is
+never replaced or reset: until it reads again (rolled forward, or moved aside by
+an administrator) every MIG Allocate on the node is refused with the file and the
+reason, and the reconciler destroys nothing; other Allocates are not affected. It
+is read again on each use, so moving it aside needs no restart.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from typing import Any
 from dra_driver.errors import DriverError
 from dra_driver.objects.mig_profiles import Placement
 from dra_driver.process.atomic_file import write_atomically
+from dra_driver.version import build_info
 from kubeletplugin.checkpoint import read_boot_id
 from kubeletplugin.deviceplugin.allocation import PodRef
 from kubeletplugin.mig_state import MigInstance
@@ -46,6 +54,10 @@ JOURNAL_MODE = 0o600
 
 class MigJournalError(DriverError):
     """The record of created MIG instances cannot be read or written; names the file."""
+
+
+class MigJournalRefusedError(MigJournalError):
+    """The record exists but this release must not use it (newer version, damaged)."""
 
 
 InstanceKey = tuple[str, int, int, str]
@@ -80,6 +92,7 @@ class MigJournal:
         self.boot_id_file = boot_id_file
         self._records: dict[InstanceKey, MigRecord] | None = None
         self._boot_id = ""
+        self._refusal_logged = False
         self._lock = threading.Lock()
 
     def records(self) -> tuple[MigRecord, ...]:
@@ -115,21 +128,27 @@ class MigJournal:
                 self._store(kept)
 
     def _loaded(self) -> dict[InstanceKey, MigRecord]:
+        """The records; a file that must not be used raises on every call (and is logged
+        once), so nothing is written over it."""
         if self._records is None:
             self._boot_id = _boot_id(self.boot_id_file)
             try:
                 self._records = _read(self.path, self._boot_id)
-            except MigJournalError as error:
-                log.error(
-                    "MIG instance record unreadable: the instances it named are kept",
-                    extra={"path": str(self.path), "error": str(error)},
-                )
-                self._records = {}
+            except MigJournalRefusedError as error:
+                if not self._refusal_logged:
+                    log.error(
+                        "MIG instance record refused: MIG Allocates are refused and no "
+                        "instance is destroyed until it reads",
+                        extra={"path": str(self.path), "error": str(error)},
+                    )
+                    self._refusal_logged = True
+                raise
         return self._records
 
     def _store(self, records: dict[InstanceKey, MigRecord]) -> None:
         document = {
             "version": JOURNAL_VERSION,
+            "writer": build_info().version,
             "bootID": self._boot_id,
             "instances": [_encode(record) for record in records.values()],
         }
@@ -162,10 +181,19 @@ def _read(path: Path, boot_id: str) -> dict[InstanceKey, MigRecord]:
     except OSError as error:
         raise MigJournalError(f"{path}: cannot read: {error.strerror or error}") from error
     except ValueError as error:
-        raise MigJournalError(f"{path}: not JSON: {error}") from error
-    if not isinstance(document, dict) or document.get("version") != JOURNAL_VERSION:
-        version = document.get("version") if isinstance(document, dict) else None
-        raise MigJournalError(f"{path}: version {version!r}, expected {JOURNAL_VERSION}")
+        raise _damaged(path, f"not JSON ({error})") from None
+    if not isinstance(document, dict):
+        raise _damaged(path, "not a JSON object")
+    version = document.get("version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > JOURNAL_VERSION:
+        writer = document.get("writer")
+        by = f" (written by vgpu-dra-driver {writer})" if isinstance(writer, str) else ""
+        raise MigJournalRefusedError(
+            f"{path}: version {version}{by}; this release reads version {JOURNAL_VERSION}: "
+            "roll the device plugin forward to that release or later (docs/upgrading.md)"
+        )
+    if version != JOURNAL_VERSION:
+        raise _damaged(path, f"version {version!r}, expected {JOURNAL_VERSION}")
     if document.get("bootID") != boot_id:
         log.info(
             "MIG instance record of another boot dropped: its instances went with it",
@@ -177,9 +205,16 @@ def _read(path: Path, boot_id: str) -> dict[InstanceKey, MigRecord]:
         try:
             record = _decode(item)
         except (KeyError, TypeError, ValueError) as error:
-            raise MigJournalError(f"{path}: instances[{position}]: {error!r}") from None
+            raise _damaged(path, f"instances[{position}]: {error!r}") from None
         records[record.key] = record
     return records
+
+
+def _damaged(path: Path, reason: str) -> MigJournalRefusedError:
+    return MigJournalRefusedError(
+        f"{path}: {reason}: restore it, or move it aside (the instances it names are then "
+        "left on their cards for an administrator to remove; docs/mig.md)"
+    )
 
 
 def _encode(record: MigRecord) -> dict[str, Any]:

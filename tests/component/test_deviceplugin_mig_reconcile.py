@@ -11,6 +11,7 @@ at n:1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from kubeletplugin.deviceplugin.mig_reconcile import MigReconciler
 from kubeletplugin.gpus import MockBackend, NvmlBackend
 from kubeletplugin.mig_mock import MockMigDevice
 from kubeletplugin.mig_state import MigInstance
-from simulator.standins.kubelet_deviceplugin import ContainerRequest
+from simulator.standins.kubelet_deviceplugin import AdmissionRejectedError, ContainerRequest
 
 UUID = "GPU-00000000-0000-0000-0000-0000000000c1"
 PODS = "/api/v1/namespaces/default/pods"
@@ -58,14 +59,19 @@ def placements(backend: MockBackend) -> list[tuple[str, Placement]]:
     return sorted((i.profile, i.placement) for i in backend.mig_devices[UUID].state().instances)
 
 
-async def allocate(rig: GpuNode, name: str, profile: str, start: int, size: int) -> MigInstance:
-    """A pod given one slice by the extender, served by Allocate; the instance it got."""
+async def slice_pod(rig: GpuNode, name: str, profile: str, start: int, size: int) -> None:
+    """A pod given one slice by the extender, as Allocate finds it."""
     await rig.bound_pod(name, [[ContainerDevice(UUID, "NVIDIA", 1024, 10)]])
     slice_ = MigAllocation(0, 0, UUID, profile, start, size)
     await rig.client.patch(
         object_path(PODS, name),
         {"metadata": {"annotations": {VGPU_MIG_ALLOCATIONS: encode_mig_allocations([slice_])}}},
     )
+
+
+async def allocate(rig: GpuNode, name: str, profile: str, start: int, size: int) -> MigInstance:
+    """A pod given one slice by the extender, served by Allocate; the instance it got."""
+    await slice_pod(rig, name, profile, start, size)
     await bounded(rig.kubelet.admit_pod(f"uid-{name}", RESOURCE, [ContainerRequest("main", 1)]))
     pod = await rig.pod(name)
     (entry,) = decode_mig_allocations(pod["metadata"]["annotations"][VGPU_MIG_ALLOCATIONS])
@@ -240,3 +246,41 @@ async def test_a_destroy_nvml_refuses_is_logged_and_retried(
     assert journal.records() == ()
     refusals = [r for r in caplog.records if r.getMessage().startswith("MIG instance of an ended")]
     assert refusals and "NVML says" in refusals[0].error and refusals[0].mig_uuid == instance.uuid
+
+
+async def test_a_record_from_a_newer_release_refuses_mig_allocates_and_is_never_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Rolled back below the release that wrote the record: a MIG Allocate is refused
+    naming the file and the versions, the instance it made is destroyed, the record is
+    left byte for byte; moved aside, the next Allocate is served without a restart."""
+    async with node_rig(gpus=h100()) as rig:
+        backend = MockBackend(rig.mock_gpus)
+        path = rig.settings.mig_journal_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        newer = json.dumps({"version": 2, "writer": "9.1.0", "bootID": "b", "instances": []})
+        path.write_text(newer)
+        async with rig.plugin(backend):
+            await bounded(rig.kubelet.wait_update(RESOURCE))
+            await slice_pod(rig, "mig", "3g.40gb", 4, 4)
+            with caplog.at_level(logging.ERROR), pytest.raises(AdmissionRejectedError) as refused:
+                await bounded(
+                    rig.kubelet.admit_pod("uid-mig", RESOURCE, [ContainerRequest("main", 1)])
+                )
+            message = refused.value.event_message
+            assert f"{path}: version 2 (written by vgpu-dra-driver 9.1.0)" in message
+            assert "this release reads version 1" in message
+            assert placements(backend) == []
+            assert path.read_text() == newer
+            assert any(
+                r.getMessage().startswith("MIG instance record refused") for r in caplog.records
+            )
+
+            path.rename(path.with_name("mig-instances.json.aside"))
+            made = await allocate(rig, "again", "3g.40gb", 4, 4)
+            assert placements(backend) == [("3g.40gb", Placement(4, 4))]
+            written = json.loads(path.read_text())
+            assert (written["version"], [i["migUUID"] for i in written["instances"]]) == (
+                1,
+                [made.uuid],
+            )

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
 
 from api.hami_annotations import VGPU_MIG_ALLOCATIONS, MigAllocation, encode_mig_allocations
 from dra_driver.objects.mig_profiles import Placement
+from dra_driver.version import build_info
 from kubeletplugin.deviceplugin.allocation import PodRef
 from kubeletplugin.deviceplugin.mig_cleanup import (
     HeldSlice,
@@ -22,7 +24,12 @@ from kubeletplugin.deviceplugin.mig_cleanup import (
     live_slices,
     plan_cleanup,
 )
-from kubeletplugin.deviceplugin.mig_journal import MigJournal, MigJournalError, MigRecord
+from kubeletplugin.deviceplugin.mig_journal import (
+    MigJournal,
+    MigJournalError,
+    MigJournalRefusedError,
+    MigRecord,
+)
 from kubeletplugin.mig_state import MigInstance, MigState
 
 CARD = "GPU-00000000-0000-0000-0000-0000000000c1"
@@ -139,21 +146,51 @@ def test_another_boots_record_names_nothing(tmp_path: Path, boot_id: Path) -> No
     assert json.loads(path.read_text())["bootID"] == "boot-1"
 
 
-def test_an_unreadable_record_is_logged_and_its_instances_kept(
-    tmp_path: Path, boot_id: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("content", "reason"),
+    [
+        ('{"version": 7, "writer": "0.9.0"}', "version 7 (written by vgpu-dra-driver 0.9.0)"),
+        ('{"version": 1, "bootID": "boot-1", "instan', "not JSON"),
+        ('{"version": "one"}', "version 'one', expected 1"),
+        ('{"version": 1, "bootID": "boot-1", "instances": [{}]}', "instances[0]: KeyError"),
+    ],
+    ids=["newer release", "truncated", "bad version", "bad entry"],
+)
+def test_a_record_that_must_not_be_used_is_refused_and_never_written_over(
+    tmp_path: Path, boot_id: Path, caplog: pytest.LogCaptureFixture, content: str, reason: str
 ) -> None:
     path = tmp_path / "mig-instances.json"
-    path.write_text('{"version": 7}')
+    path.write_text(content)
+    journal = MigJournal(path, boot_id)
     with caplog.at_level(logging.ERROR):
-        assert MigJournal(path, boot_id).records() == ()
-    (logged,) = [r for r in caplog.records if r.getMessage().startswith("MIG instance record")]
-    assert "version 7, expected 1" in logged.error
+        with pytest.raises(MigJournalRefusedError, match=re.escape(f"{path}: {reason}")):
+            journal.records()
+        with pytest.raises(MigJournalRefusedError):
+            journal.add(OWNER, "uid-done", CARD, INSTANCE)
+        with pytest.raises(MigJournalRefusedError):
+            journal.forget([(CARD, 1, 0, "MIG-x")])
+    assert path.read_text() == content
+    logged = [r for r in caplog.records if r.getMessage().startswith("MIG instance record")]
+    assert len(logged) == 1  # once, not on every use
+    path.unlink()
+    journal.add(OWNER, "uid-done", CARD, INSTANCE)
+    assert [r.pod_uid for r in journal.records()] == ["uid-done"]
 
 
-def test_a_record_that_cannot_be_written_says_which_file(tmp_path: Path, boot_id: Path) -> None:
+def test_the_record_names_its_schema_version_and_writer(tmp_path: Path, boot_id: Path) -> None:
+    path = tmp_path / "mig-instances.json"
+    MigJournal(path, boot_id).add(OWNER, "uid-done", CARD, INSTANCE)
+    written = json.loads(path.read_text())
+    assert (written["version"], written["writer"]) == (1, build_info().version)
+
+
+def test_a_record_that_cannot_be_reached_says_which_file(tmp_path: Path, boot_id: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     journal = MigJournal(blocker / "mig-instances.json", boot_id)
-    with pytest.raises(MigJournalError, match=f"MIG instance record {blocker}/mig-instances.json"):
+    where = re.escape(f"{blocker}/mig-instances.json: cannot read: Not a directory")
+    with pytest.raises(MigJournalError, match=where):
         journal.add(OWNER, "uid-done", CARD, INSTANCE)
-    assert journal.records() == ()
+    with pytest.raises(MigJournalError, match=where):
+        journal.records()
+    assert blocker.read_text() == ""
