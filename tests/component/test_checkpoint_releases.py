@@ -8,19 +8,16 @@ what 0.1.0 wrote; each then rewrites the other's file, and the first reads it ba
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from release_trees import REPOSITORY, ReleaseTreeError, extract_release
 
-REPO = Path(__file__).resolve().parents[2]
 TAG = "v0.1.0"
 BOOT = "boot-1"
 
@@ -74,26 +71,11 @@ print(json.dumps({"module": checkpoint.__file__,
 
 @pytest.fixture(scope="module")
 def release_0_1_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """0.1.0's `kubeletplugin` and `dra_driver`, extracted from the tag."""
-    git = shutil.which("git")
-    if git is None:
-        pytest.skip(f"git is not installed: 0.1.0's code is read from the tag {TAG}")
-    found = subprocess.run(
-        [git, "-C", str(REPO), "rev-parse", "-q", "--verify", f"refs/tags/{TAG}^{{commit}}"],
-        capture_output=True,
-        check=False,
-    )
-    if found.returncode != 0:
-        pytest.skip(f"tag {TAG} is not in this clone (shallow, or tags not fetched)")
-    archive = subprocess.run(
-        [git, "-C", str(REPO), "archive", TAG, "kubeletplugin", "dra_driver"],
-        capture_output=True,
-        check=True,
-    ).stdout
-    tree = tmp_path_factory.mktemp("release-0.1.0")
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(tree, filter="data")
-    return tree
+    """0.1.0's code, extracted from the tag."""
+    try:
+        return extract_release(TAG, tmp_path_factory.mktemp("release-0.1.0") / "tree")
+    except ReleaseTreeError as error:
+        pytest.skip(f"0.1.0's code is read from the tag {TAG}: {error}")
 
 
 def run(code: Path, mode: str, path: Path) -> dict[str, Any]:
@@ -116,14 +98,14 @@ def test_release_0_1_0_reads_and_rewrites_what_this_release_wrote(
     release_0_1_0: Path, tmp_path: Path
 ):
     path = tmp_path / "checkpoint.json"
-    written = run(REPO, "write", path)
+    written = run(REPOSITORY, "write", path)
     assert json.loads(path.read_bytes())["data"]["writer"]
     assert path.with_name("checkpoint.json.journal").exists()
     assert any(record["mig"] for record in written.values())
     assert run(release_0_1_0, "read", path) == written
     rewritten = run(release_0_1_0, "rewrite", path)
     assert len(rewritten) == len(written) - 1
-    assert run(REPO, "read", path) == rewritten
+    assert run(REPOSITORY, "read", path) == rewritten
 
 
 def test_this_release_reads_and_rewrites_what_release_0_1_0_wrote(
@@ -132,8 +114,8 @@ def test_this_release_reads_and_rewrites_what_release_0_1_0_wrote(
     path = tmp_path / "checkpoint.json"
     written = run(release_0_1_0, "write", path)
     assert "writer" not in json.loads(path.read_bytes())["data"]
-    assert run(REPO, "read", path) == written
-    rewritten = run(REPO, "rewrite", path)
+    assert run(REPOSITORY, "read", path) == written
+    rewritten = run(REPOSITORY, "rewrite", path)
     assert len(rewritten) == len(written) - 1
     assert json.loads(path.read_bytes())["data"]["writer"]
     assert run(release_0_1_0, "read", path) == rewritten
