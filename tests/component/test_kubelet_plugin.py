@@ -20,6 +20,7 @@ from cdi_applier import apply_devices
 from grpc_health.v1 import health_pb2 as grpc_health_pb2
 from grpc_health.v1 import health_pb2_grpc as grpc_health_pb2_grpc
 from kubernetes import config
+from plugin_settings_rig import mock_node_settings
 from prometheus_client import CollectorRegistry
 
 from api.generated import dra_health_v1alpha1_pb2 as health_pb2
@@ -31,8 +32,6 @@ from kubeletplugin.checkpoint import decode_checkpoint
 from kubeletplugin.gpus import MockBackend
 from kubeletplugin.plugin import KubeletPlugin, PluginSettings
 from kubeletplugin.service import LIBRARY_LOGGERS, quiet_library_loggers
-from libvgpu.cache_dirs import CacheDirSettings
-from libvgpu.settings import LibvgpuPaths
 from simulator.apiserver import APIServer
 from simulator.standins.dra_scheduler import DRAScheduler, SchedulerSettings
 from simulator.standins.kubelet_dra import ClaimRef, KubeletDRA, KubeletDRASettings
@@ -123,28 +122,8 @@ async def node() -> AsyncIterator[Node]:
     # unix socket paths must stay short: use a short temp root
     root = Path(tempfile.mkdtemp(prefix="vgpu-", dir="/tmp"))
     try:
-        (root / "gpus.yaml").write_text(MOCK_GPUS)
-        (root / "boot_id").write_text("boot-1\n")
-        mountinfo = root / "mountinfo"
-        mountinfo.write_text("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")
         install_libvgpu_files(root)
-        settings = PluginSettings(
-            node_name=NODE,
-            registry_dir=root / "registry",
-            plugin_dir=root / "plugin",
-            cdi_dir=root / "cdi",
-            boot_id_file=root / "boot_id",
-            mock_gpus=root / "gpus.yaml",
-            config_file=root / "config" / "node.yaml",
-            libvgpu=LibvgpuPaths(
-                host_dir=str(root / "vgpu"),
-                cache_root=str(root / "vgpu"),
-                lock_dir=str(root / "vgpulock"),
-            ),
-            cache_dirs=CacheDirSettings(
-                self_mountinfo=str(mountinfo), mountinfo_glob=str(root / "none-*")
-            ),
-        )
+        settings = mock_node_settings(root, MOCK_GPUS, NODE)
         async with APIServer() as server:
             client = await KubeClient.from_kubeconfig(server.write_kubeconfig(root / "kubeconfig"))
             await client.create("/api/v1/nodes", {"metadata": {"name": NODE}})

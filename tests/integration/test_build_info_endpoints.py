@@ -21,6 +21,7 @@ import pytest
 from api_outage import WAIT_S, Pauses, free_port, http_get
 from controller_cluster import FAST
 from legacy_fixtures import OPEN, base_url
+from plugin_settings_rig import mock_node_settings
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -32,11 +33,9 @@ from dra_driver.process.build_info import BUILD_INFO
 from dra_driver.version import build_info
 from kubeletplugin.plugin import PluginSettings
 from kubeletplugin.service import serve_kubelet_plugin
-from libvgpu.cache_dirs import CacheDirSettings
 from libvgpu.host_gpus import StaticHostBackend
 from libvgpu.monitor import MonitorSettings
 from libvgpu.monitor_service import MonitorService
-from libvgpu.settings import LibvgpuPaths
 from simulator.apiserver import APIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,26 +67,7 @@ def plugin_settings() -> Iterator[PluginSettings]:
     # unix socket paths must stay short: a short temp root
     root = Path(tempfile.mkdtemp(prefix="vgpu-", dir="/tmp"))
     try:
-        (root / "gpus.yaml").write_text(MOCK_GPUS)
-        (root / "boot_id").write_text("boot-1\n")
-        (root / "mountinfo").write_text("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")
-        yield PluginSettings(
-            node_name=NODE,
-            registry_dir=root / "registry",
-            plugin_dir=root / "plugin",
-            cdi_dir=root / "cdi",
-            boot_id_file=root / "boot_id",
-            mock_gpus=root / "gpus.yaml",
-            config_file=root / "config" / "node.yaml",
-            libvgpu=LibvgpuPaths(
-                host_dir=str(root / "vgpu"),
-                cache_root=str(root / "vgpu"),
-                lock_dir=str(root / "vgpulock"),
-            ),
-            cache_dirs=CacheDirSettings(
-                self_mountinfo=str(root / "mountinfo"), mountinfo_glob=str(root / "none-*")
-            ),
-        )
+        yield mock_node_settings(root, MOCK_GPUS, NODE)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

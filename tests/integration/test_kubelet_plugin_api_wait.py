@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from api_outage import WAIT_S, WAITING_LOG, Pauses, free_port, http_get
+from plugin_settings_rig import mock_node_settings
 
 from dra_driver.kube.informer import Informer
 from dra_driver.kube.rest import KubeClient
@@ -20,8 +21,6 @@ from dra_driver.process.healthcheck import check_sockets
 from kubeletplugin.plugin import PluginSettings
 from kubeletplugin.publisher import RESOURCE_SLICES
 from kubeletplugin.service import serve_kubelet_plugin
-from libvgpu.cache_dirs import CacheDirSettings
-from libvgpu.settings import LibvgpuPaths
 from simulator.apiserver import APIServer
 
 NODE = "node-a"
@@ -33,27 +32,7 @@ def settings() -> Iterator[PluginSettings]:
     # unix socket paths must stay short: a short temp root
     root = Path(tempfile.mkdtemp(prefix="vgpu-", dir="/tmp"))
     try:
-        (root / "gpus.yaml").write_text(MOCK_GPUS)
-        (root / "boot_id").write_text("boot-1\n")
-        mountinfo = root / "mountinfo"
-        mountinfo.write_text("22 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n")
-        yield PluginSettings(
-            node_name=NODE,
-            registry_dir=root / "registry",
-            plugin_dir=root / "plugin",
-            cdi_dir=root / "cdi",
-            boot_id_file=root / "boot_id",
-            mock_gpus=root / "gpus.yaml",
-            config_file=root / "config" / "node.yaml",
-            libvgpu=LibvgpuPaths(
-                host_dir=str(root / "vgpu"),
-                cache_root=str(root / "vgpu"),
-                lock_dir=str(root / "vgpulock"),
-            ),
-            cache_dirs=CacheDirSettings(
-                self_mountinfo=str(mountinfo), mountinfo_glob=str(root / "none-*")
-            ),
-        )
+        yield mock_node_settings(root, MOCK_GPUS, NODE)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
