@@ -132,7 +132,8 @@ async def test_the_command_refuses_to_start_in_mixed_mode_when_kube_scheduler_al
     )
     _, stderr = await bounded(process.communicate())
     assert process.returncode == 2, stderr.decode()
-    message = stderr.decode()
+    starting, message = stderr.decode().split("\n", 1)
+    assert " starting " in starting and "component='kubelet-plugin'" in starting
     assert message.startswith(
         "dra-driver kubelet-plugin: --mixed-mode: needs --controller-allocated"
     )
