@@ -13,6 +13,7 @@ Usable as a script: `python tests/release_trees.py v0.1.0 /tmp/v010`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 ENTRY_POINT_GROUP = "dra_driver.commands"
+UPGRADE_FIXTURES = Path("tests/fixtures/upgrade")
 
 
 class ReleaseTreeError(RuntimeError):
@@ -49,7 +51,7 @@ def _git() -> str:
 
 
 def tag_commit(tag: str, repository: Path = REPOSITORY) -> str:
-    """The commit `tag` names; ReleaseTreeError where git or the tag is missing."""
+    """The commit `tag` (or any revision) names; ReleaseTreeError where git or it is missing."""
     found = subprocess.run(
         [_git(), "-C", str(repository), "rev-parse", "--verify", "--quiet", f"{tag}^{{commit}}"],
         capture_output=True,
@@ -57,13 +59,43 @@ def tag_commit(tag: str, repository: Path = REPOSITORY) -> str:
         check=False,
     )
     if found.returncode != 0:
-        raise ReleaseTreeError(f"{repository} has no tag {tag} (a shallow or tagless clone?)")
+        raise ReleaseTreeError(f"{repository} has no {tag} (a shallow clone?)")
     return found.stdout.strip()
 
 
+def recorded_commits(repository: Path = REPOSITORY) -> dict[Version, str]:
+    """Each recorded release's commit, as its upgrade fixtures' manifest names it: the
+    release can be had from the history of a clone that did not fetch its tag."""
+    found = {}
+    for manifest in (repository / UPGRADE_FIXTURES).glob("*/manifest.json"):
+        try:
+            found[Version(manifest.parent.name)] = str(json.loads(manifest.read_text())["commit"])
+        except (InvalidVersion, ValueError, KeyError):
+            continue
+    return found
+
+
+def release_revision(version: str, repository: Path = REPOSITORY) -> str:
+    """The revision holding a release: its tag `v<version>`, else the commit its fixtures
+    were recorded from; ReleaseTreeError when the clone has neither."""
+    tag = f"v{version}"
+    try:
+        tag_commit(tag, repository)
+        return tag
+    except ReleaseTreeError as missing:
+        commit = recorded_commits(repository).get(Version(version))
+        if commit is None:
+            raise
+        try:
+            return tag_commit(commit, repository)
+        except ReleaseTreeError:
+            raise ReleaseTreeError(f"{missing}; nor the recorded commit {commit}") from None
+
+
 def previous_release_tag(repository: Path = REPOSITORY) -> str:
-    """The newest `v<version>` tag below the working tree's version: the release a
-    rolling upgrade to this tree starts from."""
+    """The revision of the newest release below the working tree's version (by its
+    `v<version>` tags and the recorded releases): the release a rolling upgrade to this
+    tree starts from."""
     current = Version(release_version(repository))
     listed = subprocess.run(
         [_git(), "-C", str(repository), "tag", "--list", "v*"],
@@ -71,16 +103,16 @@ def previous_release_tag(repository: Path = REPOSITORY) -> str:
         text=True,
         check=False,
     )
-    versions = []
-    for tag in listed.stdout.split():
+    versions = set(recorded_commits(repository))
+    for tag in listed.stdout.split() if listed.returncode == 0 else ():
         try:
-            versions.append((Version(tag.removeprefix("v")), tag))
+            versions.add(Version(tag.removeprefix("v")))
         except InvalidVersion:
             continue
-    older = [(version, tag) for version, tag in versions if version < current]
-    if listed.returncode != 0 or not older:
-        raise ReleaseTreeError(f"{repository} has no release tag below {current}")
-    return max(older)[1]
+    older = [version for version in versions if version < current]
+    if not older:
+        raise ReleaseTreeError(f"{repository} has no release below {current}")
+    return release_revision(str(max(older)), repository)
 
 
 def extract_release(tag: str, destination: Path, repository: Path = REPOSITORY) -> Path:

@@ -1,6 +1,7 @@
 """The checkpoint between this release and 0.1.0, each run as its own code in a subprocess.
 
-0.1.0's code is the tag `v0.1.0` of this repository, extracted with `git archive`
+0.1.0's code is the tag `v0.1.0` of this repository (or, in a clone without the tag,
+the commit its upgrade fixtures were recorded from), extracted with `git archive`
 (no network). A downgrade by one release must read what this release wrote
 (snapshot with its `writer`, journal, MIG records), and this release must read
 what 0.1.0 wrote; each then rewrites the other's file, and the first reads it back.
@@ -16,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from release_trees import REPOSITORY, ReleaseTreeError, extract_release
+from release_trees import REPOSITORY, ReleaseTreeError, extract_release, release_revision
 
-TAG = "v0.1.0"
 BOOT = "boot-1"
 
 SCRIPT = r"""
@@ -73,9 +73,10 @@ print(json.dumps({"module": checkpoint.__file__,
 def release_0_1_0(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """0.1.0's code, extracted from the tag."""
     try:
-        return extract_release(TAG, tmp_path_factory.mktemp("release-0.1.0") / "tree")
+        revision = release_revision("0.1.0")
+        return extract_release(revision, tmp_path_factory.mktemp("release-0.1.0") / "tree")
     except ReleaseTreeError as error:
-        pytest.skip(f"0.1.0's code is read from the tag {TAG}: {error}")
+        pytest.skip(f"0.1.0's code is read from the repository's history: {error}")
 
 
 def run(code: Path, mode: str, path: Path) -> dict[str, Any]:
