@@ -43,7 +43,7 @@ from dra_driver.engine.requests import (
 from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
 from dra_driver.objects.capacity_policy import CapacityRefusal, take_device
-from dra_driver.objects.claim_workloads import claim_request
+from dra_driver.objects.claim_workloads import claim_request, exact_count
 
 MAX_VARIANTS = 64
 """Combinations tried per pod (firstAvailable x matchAttribute); later ones are dropped."""
@@ -382,12 +382,7 @@ def _partition_request(
 ) -> PartitionRequest:
     """A request of a partition class: its count and the partition devices its class
     and request selectors accept, each with at least the capacity it requests."""
-    mode = exactly.get("allocationMode") or "ExactCount"
-    if mode != "ExactCount":
-        raise InvalidParameterError(f"{where}.allocationMode", f"{mode} is not supported")
-    count = exactly.get("count", 1)
-    if not isinstance(count, int) or count < 1:
-        raise InvalidParameterError(f"{where}.count", "must be a positive integer")
+    count = exact_count(exactly, where)
     requested = (exactly.get("capacity") or {}).get("requests") or {}
     amounts = {}
     for capacity, amount in requested.items():

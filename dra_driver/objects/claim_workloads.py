@@ -105,15 +105,22 @@ def _claim_configs(entries: Sequence[Mapping[str, Any]], driver: str):
     return result
 
 
-def _device_request(
-    vendor: str, exactly: Mapping[str, Any], config: VGPUConfig, where: str
-) -> DeviceRequest:
+def exact_count(exactly: Mapping[str, Any], where: str) -> int:
+    """How many devices an `exactly` request asks for: only `ExactCount` (the default)
+    is supported, with a positive count (default 1)."""
     mode = exactly.get("allocationMode") or "ExactCount"
     if mode != "ExactCount":
         raise InvalidParameterError(f"{where}.allocationMode", f"{mode} is not supported")
     count = exactly.get("count", 1)
     if not isinstance(count, int) or count < 1:
         raise InvalidParameterError(f"{where}.count", "must be a positive integer")
+    return count
+
+
+def _device_request(
+    vendor: str, exactly: Mapping[str, Any], config: VGPUConfig, where: str
+) -> DeviceRequest:
+    count = exact_count(exactly, where)
     capacity = ((exactly.get("capacity") or {}).get("requests")) or {}
     memory = config.memory_mib or 0
     percent = config.memory_percentage or MEMORY_PERCENT_UNSET
