@@ -17,26 +17,19 @@ from controller.decide import NoFit, PodAllocation, decide_pod, partition_quota
 from controller.inventory import Inventory, build_inventory, quota_ledger
 from controller.partition_inventory import CounterUsage, partition_usage
 from controller.requests import RequestContext, pod_variants
-from controller.settings import controller_classes
 from dra_driver.engine.engine import Engine, EngineSettings
 from dra_driver.engine.quota import QuotaLedger
-from dra_driver.engine.vendors import VendorRegistry
 from dra_driver.errors import InvalidParameterError
-from dra_driver.objects.dra_cel import cel_device_from_slice
-from dra_driver.objects.dra_cel_cache import SelectorCache
 from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
 from dra_driver.objects.mig_devices import PARTITION_CLASS
 from tests.mig_slices import (
     ALLOCATION_TAINT,
     DRIVER,
-    partition_class,
     partition_request,
     pool_slices,
     profile_selector,
 )
-
-SHARE_CLASS = "nvidia.vgpu.hami.io"
-SHARE_SELECTOR = "device.allowMultipleAllocations == true"
+from tests.partition_context import SHARE_CLASS, gpumem_quota, partition_request_context
 
 
 @dataclass
@@ -61,22 +54,7 @@ class Cluster:
             quota=self.quota,
         )
         self.usage = partition_usage((), self.inventory.partitions)
-        cache = SelectorCache()
-        classes = {
-            PARTITION_CLASS: partition_class(),
-            SHARE_CLASS: {"spec": {"selectors": [{"cel": {"expression": SHARE_SELECTOR}}]}},
-        }
-        self.context = RequestContext(
-            driver=DRIVER,
-            device_classes=controller_classes(),
-            classes=classes,
-            inventory=self.inventory,
-            selector_match=lambda expression, device: cache.matches(
-                expression, device.cache_key, cel_device_from_slice(DRIVER, device.spec)
-            ),
-            vendors=VendorRegistry(),
-            partition_classes=frozenset({PARTITION_CLASS}),
-        )
+        self.context = partition_request_context(self.inventory)
 
     def decide(self, *requests: dict[str, Any]) -> PodAllocation | NoFit:
         claim = {
@@ -253,13 +231,6 @@ def test_a_constraint_over_a_partition_request_is_refused() -> None:
     }
     with pytest.raises(InvalidParameterError, match="constraints over requests of a partition"):
         pod_variants({"metadata": {}}, [claim], cluster.context)
-
-
-def gpumem_quota(namespace: str, mib: int, cores: int | None = None) -> dict[str, Any]:
-    hard = {"limits.nvidia.com/gpumem": str(mib)}
-    if cores is not None:
-        hard["limits.nvidia.com/gpucores"] = str(cores)
-    return {"metadata": {"name": "gpu", "namespace": namespace}, "spec": {"hard": hard}}
 
 
 def quota_for(cluster: Cluster, *quotas: dict[str, Any], claims: Sequence[Any] = ()) -> QuotaLedger:

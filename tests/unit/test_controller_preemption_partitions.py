@@ -27,26 +27,19 @@ from controller.preemption import (
     plan_preemption,
 )
 from controller.preemption_shares import claim_shares
-from controller.requests import RequestContext, pod_variants
-from controller.settings import controller_classes
+from controller.requests import pod_variants
 from dra_driver.engine.engine import Engine
-from dra_driver.engine.vendors import VendorRegistry
-from dra_driver.objects.dra_cel import cel_device_from_slice
-from dra_driver.objects.dra_cel_cache import SelectorCache
 from dra_driver.objects.dra_engine_vendors import dra_vendor_registry
-from dra_driver.objects.mig_devices import PARTITION_CLASS
 from dra_driver.objects.node_predicates import NodeRoom
 from tests.mig_slices import (
     ALLOCATION_TAINT,
     DRIVER,
-    partition_class,
     partition_request,
     pool_slices,
     profile_selector,
 )
+from tests.partition_context import SHARE_CLASS, gpumem_quota, partition_request_context
 
-SHARE_CLASS = "nvidia.vgpu.hami.io"
-SHARE_SELECTOR = "device.allowMultipleAllocations == true"
 INFEASIBLE = "CardMigTopologyInfeasible"
 
 
@@ -73,11 +66,6 @@ def holding(name: str, node: str, *devices: str, holders: Sequence[str], ns: str
     }
 
 
-def gpumem_quota(namespace: str, mib: int) -> dict[str, Any]:
-    hard = {"limits.nvidia.com/gpumem": str(mib)}
-    return {"metadata": {"name": "gpu", "namespace": namespace}, "spec": {"hard": hard}}
-
-
 class World:
     """Nodes' pools and the allocated claims, read as the controller's view reads them."""
 
@@ -94,22 +82,7 @@ class World:
         self.engine = Engine(self.inventory.nodes.values(), usage, vendors=vendors, quota=quota)
         self.counters = partition_usage(claims, self.inventory.partitions)
         self.shares = claim_shares(claims, self.inventory, vendors)
-        cache = SelectorCache()
-        classes = {
-            PARTITION_CLASS: partition_class(),
-            SHARE_CLASS: {"spec": {"selectors": [{"cel": {"expression": SHARE_SELECTOR}}]}},
-        }
-        self.context = RequestContext(
-            driver=DRIVER,
-            device_classes=controller_classes(),
-            classes=classes,
-            inventory=self.inventory,
-            selector_match=lambda expression, device: cache.matches(
-                expression, device.cache_key, cel_device_from_slice(DRIVER, device.spec)
-            ),
-            vendors=VendorRegistry(),
-            partition_classes=frozenset({PARTITION_CLASS}),
-        )
+        self.context = partition_request_context(self.inventory)
 
     def plan(
         self,
