@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.allocation import PlannedResult, plan_results, refusal_note
-from controller.inventory import Inventory, device_vendor
+from controller.inventory import Inventory, partition_vendor
 from controller.partition_inventory import CounterUsage
 from controller.partition_quota import DeviceKey, PartitionQuota
 from controller.partitions import PartitionFit, PartitionRefusal, fit_on_node, node_order
@@ -184,8 +184,7 @@ def partition_quota(
         return None
 
     def vendor_of(key: DeviceKey) -> str | None:
-        published = inventory.partition_devices.get(key)
-        return None if published is None else device_vendor(published, engine.vendors)
+        return partition_vendor(key, inventory, engine.vendors)
 
     return PartitionQuota(ledger, namespace, vendor_of, inventory.counter_sets)
 

@@ -372,20 +372,30 @@ def charge_claims(
             vendor = device_vendor(device, vendors)
             if vendor is not None:
                 ledger.charge(namespace, vendor, amount.memory_mib, amount.cores)
-        for _partition, vendor, memory_mib, cores in partition_charges(claim, inventory, vendors):
-            ledger.charge(namespace, vendor, memory_mib, cores)
+        for partition in claim_partitions(claim, inventory.partitions):
+            charge = partition_charge(partition, inventory, vendors)
+            if charge is not None:
+                ledger.charge(namespace, *charge)
 
 
-def partition_charges(
-    claim: Mapping[str, Any], inventory: Inventory, vendors: VendorRegistry
-) -> Iterator[tuple[PartitionDevice, str, int, int]]:
-    """Each MIG partition the claim's results name whose card has a vendor, with that
-    vendor and what the partition is charged to its quota (MiB, cores)."""
-    for partition in claim_partitions(claim, inventory.partitions):
-        vendor = device_vendor(inventory.partition_devices[partition.key], vendors)
-        if vendor is not None:
-            memory_mib, cores = partition_amount(partition, inventory.counter_sets)
-            yield partition, vendor, memory_mib, cores
+def partition_charge(
+    partition: PartitionDevice, inventory: Inventory, vendors: VendorRegistry
+) -> tuple[str, int, int] | None:
+    """The vendor whose quota a MIG partition is charged to and what (MiB, cores); None
+    when its card has no vendor."""
+    vendor = partition_vendor(partition.key, inventory, vendors)
+    if vendor is None:
+        return None
+    memory_mib, cores = partition_amount(partition, inventory.counter_sets)
+    return vendor, memory_mib, cores
+
+
+def partition_vendor(
+    key: tuple[str, str, str], inventory: Inventory, vendors: VendorRegistry
+) -> str | None:
+    """The vendor of a partition device's card (None when unknown or no vendor's)."""
+    published = inventory.partition_devices.get(key)
+    return None if published is None else device_vendor(published, vendors)
 
 
 def device_vendor(device: PublishedDevice, vendors: VendorRegistry) -> str | None:

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.inventory import Inventory, claim_usage, device_vendor, partition_charges
+from controller.inventory import Inventory, claim_usage, device_vendor, partition_charge
 from controller.object_state import reservations_of
 from controller.partition_inventory import CounterUsage, PartitionDevice, claim_partitions
 from dra_driver.engine.model import DeviceUsage
@@ -143,8 +143,9 @@ def claim_shares(
             for partition in claim_partitions(claim, inventory.partitions):
                 per_node.setdefault(partition.node, {})
                 partitions.setdefault(partition.node, []).append(partition)
-            for partition, vendor, mib, cores in partition_charges(claim, inventory, vendors):
-                charges.setdefault(partition.node, []).append((namespace, vendor, mib, cores))
+                charge = partition_charge(partition, inventory, vendors)
+                if charge is not None:
+                    charges.setdefault(partition.node, []).append((namespace, *charge))
         key = f"{namespace}/{metadata.get('name')}"
         for node, usage in per_node.items():
             shares.append(
